@@ -1,0 +1,36 @@
+# mitmchaos: `make demo` runs the key-free demo, `make test` the test suite. Both set up
+# everything they need first (venv, Podman, images) and are safe to run again.
+
+VENV    := .venv
+BIN     := $(VENV)/bin
+PY      := $(BIN)/python
+STAMP   := $(VENV)/.installed-stamp
+
+.PHONY: install host test lint docs clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $$(scripts/find-python) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+# Podman, runc, netavark, debootstrap and the containers.conf drop-in (needs root once).
+host:
+	sandbox/host-setup.sh
+
+test: install host
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/mitmchaos validate plans/*.yaml
+	$(BIN)/mitmchaos docs --check README.md
+	$(BIN)/python -m compileall -q addons runner tests
+
+# Regenerate the README's fault catalog and probe reference from the registries.
+docs: install
+	$(BIN)/mitmchaos docs README.md
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

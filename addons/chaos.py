@@ -1,0 +1,8 @@
+"""Entry point for mitmdump/mitmweb:
+
+    mitmdump -s addons/chaos.py --set chaos_plan=plans/llm-429.yaml --set chaos_events=events.jsonl
+"""
+
+from mitmchaos.addons import build_addons
+
+addons = build_addons()

@@ -1,0 +1,1 @@
+"""The shipped experiment files (package data)."""

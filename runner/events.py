@@ -1,0 +1,102 @@
+"""The events file: JSON Lines appended by every component, read by the probes.
+
+Contract (version 1): every line is one JSON object with ``ts`` (seconds since the
+epoch, float), ``run_id``, ``component`` and ``type``; the rest depends on the type.
+Writers append whole lines with a single ``write`` on an ``O_APPEND`` descriptor, so
+the proxy, the resolver, gates and the runner can share one file without locks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EVENTS_SCHEMA_VERSION = 1
+
+EVENT_TYPES = (
+    "plan_loaded",
+    "fault_injected",
+    "fault_skipped",
+    "llm_call",
+    "tool_call",
+    "tool_result",
+    "decision",
+    "dns_query",
+    "abort",
+    "repetition_started",
+    "repetition_finished",
+)
+
+
+class EventWriter:
+    """Appends events for one component. Thread-safe; each event is one write."""
+
+    def __init__(self, path: str | os.PathLike | None, run_id: str, component: str):
+        self.path = Path(path) if path else None
+        self.run_id = run_id
+        self.component = component
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def emit(self, type: str, **fields: Any) -> dict[str, Any]:
+        event = {"ts": round(time.time(), 6), "run_id": self.run_id, "component": self.component, "type": type}
+        event.update(fields)
+        if self._fd is not None:
+            line = (json.dumps(event, separators=(",", ":"), default=str) + "\n").encode()
+            with self._lock:
+                os.write(self._fd, line)
+        return event
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class EventLog:
+    """What a reader got from an events file: the events and how many lines it had to skip."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    malformed: int = 0
+
+    def of_type(self, *types: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("type") in types]
+
+
+def iter_events(path: str | os.PathLike) -> Iterator[dict[str, Any] | None]:
+    """Yield each event of a file in order, streamed; ``None`` for a malformed line."""
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if not raw.strip():
+                continue
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                yield None
+                continue
+            if isinstance(event, dict) and {"ts", "type", "component"} <= event.keys():
+                yield event
+            else:
+                yield None
+
+
+def read_events(path: str | os.PathLike) -> EventLog:
+    log = EventLog()
+    if not Path(path).exists():
+        return log
+    for event in iter_events(path):
+        if event is None:
+            log.malformed += 1
+        else:
+            log.events.append(event)
+    return log

@@ -1,0 +1,153 @@
+"""Start and stop a real mitmdump loaded with the mitmchaos addons.
+
+Used by the runner (one proxy per repetition), the pytest plugin and the tests. The
+proxy's CA lives in its own confdir, so nothing touches ~/.mitmproxy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from mitmchaos.events import read_events
+
+
+def addon_script() -> Path:
+    return Path(str(resources.files("mitmchaos.addons").joinpath("chaos.py")))
+
+
+def mitmdump_binary() -> str:
+    candidate = Path(sys.executable).with_name("mitmdump")
+    return str(candidate) if candidate.exists() else "mitmdump"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class ProxyError(RuntimeError):
+    pass
+
+
+@dataclass
+class ChaosProxy:
+    """A running mitmdump. ``env()`` gives the variables a client needs to go through it."""
+
+    workdir: Path
+    plan: Path | None
+    canary: str
+    run_id: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    options: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def confdir(self) -> Path:
+        return self.workdir / "mitmproxy-conf"
+
+    @property
+    def ca_path(self) -> Path:
+        return self.confdir / "mitmproxy-ca-cert.pem"
+
+    @property
+    def events_path(self) -> Path:
+        return self.workdir / "events.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "proxy.log"
+
+    def command(self) -> list[str]:
+        cmd = [mitmdump_binary(), "--listen-host", self.host, "--listen-port", str(self.port),
+               "--set", f"confdir={self.confdir}", "-s", str(addon_script()),
+               "--set", f"chaos_events={self.events_path}", "--set", f"chaos_canary={self.canary}",
+               "--set", f"chaos_run_id={self.run_id}"]
+        if self.plan is not None:
+            cmd += ["--set", f"chaos_plan={self.plan}"]
+        for key, value in self.options.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def start(self, timeout: float = 30.0) -> ChaosProxy:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.port:
+            self.port = free_port(self.host)
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ProxyError(f"mitmdump exited with {self.process.returncode} at start-up:\n{self.log_text()}")
+            if self.ca_path.exists() and _listening(self.host, self.port) and self._plan_announced():
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise ProxyError(f"mitmdump did not listen on {self.host}:{self.port} within {timeout}s:\n{self.log_text()}")
+
+    def _plan_announced(self) -> bool:
+        # the addons load the plan asynchronously to the listener coming up
+        return self.plan is None or bool(self.events("plan_loaded"))
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def events(self, type: str | None = None) -> list[dict]:
+        events = read_events(self.events_path).events
+        return [e for e in events if type is None or e["type"] == type]
+
+    def env(self) -> dict[str, str]:
+        """Variables that send a client's HTTP(S) through this proxy and make it trust the proxy's CA."""
+        ca = str(self.ca_path)
+        return {"HTTPS_PROXY": self.url, "HTTP_PROXY": self.url, "https_proxy": self.url, "http_proxy": self.url,
+                "NO_PROXY": "", "no_proxy": "", "SSL_CERT_FILE": ca, "REQUESTS_CA_BUNDLE": ca,
+                "NODE_EXTRA_CA_CERTS": ca, "PIP_CERT": ca, "CURL_CA_BUNDLE": ca, "GIT_SSL_CAINFO": ca}
+
+    def __enter__(self) -> ChaosProxy:
+        return self.start() if not self.alive() else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def env_without_proxy_settings() -> dict[str, str]:
+    """The current environment minus proxy and CA variables, which some machines set globally."""
+    drop = {"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR",
+            "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"}
+    return {k: v for k, v in os.environ.items() if k.upper() not in drop}

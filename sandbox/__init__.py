@@ -1,0 +1,1 @@
+"""Containerfiles, entrypoint and reference agent for the Podman sandbox (package data)."""
