@@ -124,6 +124,12 @@ class ChaosProxy:
         events = read_events(self.events_path).events
         return [e for e in events if type is None or e["type"] == type]
 
+    def expect(self):
+        """Assertions over this proxy's events so far (see mitmchaos.assertions)."""
+        from mitmchaos.assertions import Expect
+
+        return Expect(self.events())
+
     def env(self) -> dict[str, str]:
         """Variables that send a client's HTTP(S) through this proxy and make it trust the proxy's CA."""
         ca = str(self.ca_path)

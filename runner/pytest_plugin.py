@@ -1,16 +1,23 @@
 """pytest plugin: run tests against a real mitmdump loaded with a mitmchaos plan.
 
-    def test_agent_reports_rate_limit(chaos_proxy):
-        proxy = chaos_proxy({"name": "t", ..., "faults": [{"id": "llm.rate_limit"}], ...})
-        client = anthropic.Anthropic(http_client=anthropic.DefaultHttpxClient(proxy=proxy.url,
-                                                                               verify=str(proxy.ca_path)))
+The package registers it (entry point ``pytest11``), so it is active wherever mitmchaos
+is installed. Two ways in:
+
+    @pytest.mark.chaos_plan({"name": "t", ..., "faults": [{"id": "llm.rate_limit"}], ...})
+    def test_agent_reports_rate_limit(chaos):
+        client = anthropic.Anthropic(http_client=anthropic.DefaultHttpxClient(proxy=chaos.url,
+                                                                              verify=str(chaos.ca_path)))
         ...
-        assert proxy.events("fault_injected")
+        chaos.expect().fault_fired("llm.rate_limit")
+
+    def test_many_plans(chaos_proxy):
+        proxy = chaos_proxy("plans/llm-429.yaml", connection_strategy="lazy")
 
 ``chaos_proxy(plan, **options)`` takes a plan file path or a dict (written to YAML for
 you), starts mitmdump on a free loopback port with the addons, and stops it after the
-test. Extra keyword arguments become ``--set`` options (``connection_strategy="lazy"``
-is the default, so no upstream is contacted for answered flows).
+test. Keyword arguments become ``--set`` options; ``connection_strategy=lazy`` is the
+default, so flows the addons answer never contact an upstream. The proxy object has
+``url``, ``ca_path``, ``canary``, ``events(type)``, ``env()`` and ``expect()``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ import yaml
 
 from mitmchaos.decisions import new_canary
 from mitmchaos.proxy import ChaosProxy
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "chaos_plan(plan, **options): run the test's `chaos` fixture under this plan")
 
 
 @pytest.fixture
@@ -45,3 +56,12 @@ def chaos_proxy(tmp_path_factory):
     yield start
     for proxy in started:
         proxy.stop()
+
+
+@pytest.fixture
+def chaos(request, chaos_proxy) -> ChaosProxy:
+    """The proxy for the test's ``@pytest.mark.chaos_plan(...)``."""
+    marker = request.node.get_closest_marker("chaos_plan")
+    if marker is None or not marker.args:
+        raise pytest.UsageError(f"{request.node.nodeid}: the `chaos` fixture needs @pytest.mark.chaos_plan(plan)")
+    return chaos_proxy(marker.args[0], **marker.kwargs)
