@@ -16,14 +16,25 @@ import importlib
 _EXPORTS = {
     "ChaosCore": "mitmchaos.addons.core",
     "ChaosState": "mitmchaos.addons.state",
+    "EgressPolicy": "mitmchaos.addons.policy",
+    "EgressFaults": "mitmchaos.addons.egress",
+    "StandIns": "mitmchaos.addons.standins",
 }
 
 
 def build_addons() -> list:
     from mitmchaos.addons.core import ChaosCore
+    from mitmchaos.addons.egress import EgressFaults
+    from mitmchaos.addons.policy import EgressPolicy
+    from mitmchaos.addons.standins import StandIns
 
     core = ChaosCore()
-    components: list = []
+    components: list = [
+        EgressPolicy(core),  # first: faults never touch a flow it blocked
+        EgressFaults(core),
+        # StandIns stays last (before any redaction addon): every fault applies before it routes a flow.
+        StandIns(core),
+    ]
     core.components = components
     return [core, *components]
 

@@ -1,0 +1,69 @@
+"""EgressPolicy: the plan's allow and deny host patterns, in front of every fault.
+
+It runs first among the addons, at the earliest hooks (``http_connect``, ``requestheaders``),
+and marks blocked flows with ``BLOCKED``; ``ChaosState.consider`` never faults such a flow.
+So a fault can fail, delay or change an allowed call, and never turn a block into an allow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mitmproxy import http
+
+from mitmchaos.addons.state import BLOCKED
+from mitmchaos.globs import first_match
+
+if TYPE_CHECKING:
+    from mitmchaos.plan import EgressPolicy as PolicySpec
+
+
+@dataclass(frozen=True)
+class Verdict:
+    host: str
+    rule: str  # "deny:<pattern>" or "allow" (the allow list did not name the host)
+    reason: str
+
+
+def judge(policy: PolicySpec, host: str) -> Verdict | None:
+    """Why the policy refuses ``host``, or None if it may be reached. Deny wins over allow."""
+    denied = first_match(policy.deny, host)
+    if denied is not None:
+        return Verdict(host, f"deny:{denied}", f"{host} matches deny pattern {denied}")
+    if policy.allow and first_match(policy.allow, host) is None:
+        return Verdict(host, "allow", f"{host} is not in the allow list")
+    return None
+
+
+class EgressPolicy:
+    def __init__(self, core) -> None:
+        self.core = core
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        self._check(flow, [flow.request.host])
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        # Both the connection target and the Host header: a tunnel to an allowed host must not
+        # carry requests for a refused one.
+        self._check(flow, dict.fromkeys([flow.request.host, flow.request.pretty_host]))
+
+    def _check(self, flow: http.HTTPFlow, hosts) -> None:
+        state = self.core.state
+        if flow.response or state is None or state.plan.policy is None:
+            return
+        policy = state.plan.policy
+        verdict = next(filter(None, (judge(policy, h) for h in hosts)), None)
+        if verdict is None:
+            return
+        enforce = policy.mode == "enforce"
+        state.events.emit("decision", kind="policy", action="block" if enforce else "observe", host=verdict.host,
+                          rule=verdict.rule, reason=verdict.reason, mode=policy.mode)
+        if not enforce:
+            return
+        flow.metadata[BLOCKED] = True
+        flow.comment = f"mitmchaos: blocked by egress policy ({verdict.rule})"
+        flow.response = http.Response.make(
+            403, f"mitmchaos egress policy: blocked {verdict.host}: {verdict.reason} (rule {verdict.rule})\n",
+            {"Content-Type": "text/plain; charset=utf-8"})
+        flow.response.reason = f"Blocked by egress policy: {verdict.host} ({verdict.rule})"
