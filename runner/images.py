@@ -1,0 +1,141 @@
+"""Sandbox images, built from sandbox/ on first use and cached by tag.
+
+The default image is ``localhost/mitmchaos/sandbox:<version>``, the Node one the same tag
+with ``-node``. Their base is ``debian:bookworm-slim`` when it is already present (or
+``MITMCHAOS_PULL_BASE=1`` allows pulling it from a registry); otherwise a debootstrap'd
+bookworm rootfs imported as ``localhost/mitmchaos/base:bookworm``, because many machines
+reach a Debian mirror but no container registry. Builds shell out to the podman CLI
+(``podman build`` and ``import``); their output is shown only when they fail.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+
+from mitmchaos import __version__
+from mitmchaos.log import get_logger
+
+log = get_logger(__name__)
+
+REPOSITORY = "localhost/mitmchaos/sandbox"
+LOCAL_BASE = "localhost/mitmchaos/base:bookworm"
+REGISTRY_BASE = "docker.io/library/debian:bookworm-slim"
+SUITE = "bookworm"
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def default_image(node: bool = False) -> str:
+    return f"{REPOSITORY}:{__version__}{'-node' if node else ''}"
+
+
+def sandbox_dir() -> Path:
+    return Path(str(resources.files("mitmchaos.sandbox")))
+
+
+def image_exists(tag: str) -> bool:
+    return subprocess.run(["podman", "image", "exists", tag], capture_output=True).returncode == 0
+
+
+def ensure_image(tag: str) -> str:
+    """Return ``tag`` once it exists, building it if it is one of ours."""
+    if image_exists(tag):
+        return tag
+    if tag not in (default_image(), default_image(node=True)):
+        raise ImageError(f"sandbox image {tag!r} does not exist; build it first (podman build -t {tag} ...)")
+    with _build_lock():
+        _build_ours(tag)
+    return tag
+
+
+def _build_ours(tag: str) -> None:
+    if image_exists(tag):  # built by another process while we waited for the lock
+        return
+    if tag == default_image(node=True):
+        _build_ours(default_image())
+        _build("Containerfile.node", tag, {"SANDBOX": default_image()})
+    else:
+        _build("Containerfile", tag, {"BASE": ensure_base()})
+
+
+def ensure_base() -> str:
+    if image_exists(REGISTRY_BASE):
+        return REGISTRY_BASE
+    if os.environ.get("MITMCHAOS_PULL_BASE") == "1":
+        _podman("pull", REGISTRY_BASE)
+        return REGISTRY_BASE
+    if not image_exists(LOCAL_BASE):
+        _import_debootstrap_base()
+    return LOCAL_BASE
+
+
+def debian_mirror(sources: Path = Path("/etc/apt")) -> str | None:
+    """The Debian mirror apt is configured with, so debootstrap uses the same one."""
+    files = sorted(sources.glob("sources.list.d/*.sources")) + sorted(sources.glob("sources.list*"))
+    for path in files:
+        if not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        if path.suffix == ".sources":  # deb822 stanzas
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = dict(re.findall(r"^(\w[\w-]*):\s*(.*)$", stanza, re.M))
+                if SUITE in fields.get("Suites", "").split() and fields.get("URIs"):
+                    return fields["URIs"].split()[0]
+        else:
+            for m in re.finditer(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+(\S+)", text, re.M):
+                if m.group(2) == SUITE:
+                    return m.group(1)
+    return None
+
+
+def _import_debootstrap_base() -> None:
+    if shutil.which("debootstrap") is None:
+        raise ImageError("no registry base image and no debootstrap: run `make host` (sandbox/host-setup.sh)")
+    rootfs = Path(tempfile.mkdtemp(prefix="mitmchaos-rootfs-", dir="/var/tmp"))
+    try:
+        mirror = debian_mirror()
+        log.info("building the base image with debootstrap", mirror=mirror or "debootstrap default")
+        _run(["debootstrap", "--variant=minbase", SUITE, str(rootfs), *([mirror] if mirror else [])])
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        try:
+            _run(["podman", "import", "--change", 'CMD ["/bin/bash"]', "--change",
+                  "LABEL io.mitmchaos.image=base", "-", LOCAL_BASE], stdin=tar.stdout)
+        finally:
+            tar.stdout.close()
+            tar.wait()
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+
+
+def _build(containerfile: str, tag: str, args: dict[str, str]) -> None:
+    log.info("building sandbox image", tag=tag, containerfile=containerfile)
+    build_args = [a for k, v in args.items() for a in ("--build-arg", f"{k}={v}")]
+    _podman("build", "--pull=never", "-f", str(sandbox_dir() / containerfile), *build_args, "-t", tag,
+            str(sandbox_dir()))
+
+
+def _podman(*args: str) -> None:
+    _run(["podman", *args])
+
+
+def _run(cmd: list[str], stdin=None) -> None:
+    result = subprocess.run(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0:
+        raise ImageError(f"{' '.join(cmd[:3])} ... failed ({result.returncode}):\n{result.stdout[-4000:]}")
+
+
+@contextmanager
+def _build_lock():
+    with open(Path(tempfile.gettempdir()) / "mitmchaos-images.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield

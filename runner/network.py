@@ -1,0 +1,125 @@
+"""One internal Podman network per repetition, its host bridge, and a firewall on that bridge.
+
+The network is ``--internal`` with an explicit gateway, so the host bridge carries the
+gateway address and the container has no route anywhere else. The bridge is created
+before any container joins (netavark would create it only then, and delete it when the
+last container leaves), so the proxy and the resolver can bind the gateway address first;
+netavark adopts it. Host firewall rules on the bridge accept only the proxy port and DNS
+on the gateway and reject the rest, IPv4 and IPv6 (the link-local address would
+otherwise reach any host service bound to ``::``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import random
+import subprocess
+from dataclasses import dataclass
+
+from podman.errors import APIError
+
+from mitmchaos.cleanup import CHAIN_PREFIX, RUN_LABEL, CleanupStack, chain_tag, rule_comment
+
+# Podman hands out 10.89.0.0/24 upwards for its own networks; start far above that.
+SUBNET_POOL = [ipaddress.ip_network(f"10.89.{i}.0/24") for i in range(100, 250)]
+DNS_PORT = 53
+
+
+class NetworkError(RuntimeError):
+    pass
+
+
+@dataclass
+class SandboxNetwork:
+    name: str
+    subnet: str
+    gateway: str
+    bridge: str
+
+
+def chain_name(run_id: str, repetition_id: str) -> str:
+    """At most 28 characters, and recognisable per run for ``mitmchaos cleanup``."""
+    return f"{CHAIN_PREFIX}{chain_tag(run_id)}-{hashlib.sha256(repetition_id.encode()).hexdigest()[:6]}"
+
+
+def create_network(client, name: str, run_id: str, stack: CleanupStack) -> SandboxNetwork:
+    for _attempt in range(5):
+        subnet = _free_subnet(client)
+        gateway = str(next(subnet.hosts()))
+        try:
+            created = client.networks.create(
+                name, driver="bridge", internal=True, dns_enabled=False,
+                subnets=[{"subnet": str(subnet), "gateway": gateway}], labels={RUN_LABEL: run_id})
+        except APIError as exc:
+            if "subnet" in str(exc).lower():  # taken by someone else between our look and the create
+                continue
+            raise NetworkError(f"podman network create {name}: {exc}") from exc
+        stack.push("network", name=name)
+        net = SandboxNetwork(name, str(subnet), gateway, created.attrs["network_interface"])
+        _create_bridge(net, stack)
+        return net
+    raise NetworkError("no free /24 for the sandbox network in 10.89.100.0-10.89.249.0")
+
+
+def _free_subnet(client) -> ipaddress.IPv4Network:
+    taken = []
+    for network in client.networks.list():
+        for sub in network.attrs.get("subnets") or []:
+            taken.append(ipaddress.ip_network(sub["subnet"], strict=False))
+    routes = subprocess.run(["ip", "-4", "-o", "route", "show", "table", "all"], capture_output=True,
+                            text=True).stdout
+    for word in routes.split():
+        try:
+            taken.append(ipaddress.ip_network(word, strict=False))
+        except ValueError:
+            continue
+    free = [s for s in SUBNET_POOL if not any(s.overlaps(t) for t in taken if t.version == 4 and t.prefixlen > 0)]
+    if not free:
+        raise NetworkError("no free /24 for the sandbox network in 10.89.100.0-10.89.249.0")
+    return random.choice(free)  # parallel runs rarely race for the same one
+
+
+def _create_bridge(net: SandboxNetwork, stack: CleanupStack) -> None:
+    if subprocess.run(["ip", "link", "show", net.bridge], capture_output=True).returncode == 0:
+        raise NetworkError(f"bridge {net.bridge} already exists; run `mitmchaos cleanup`")
+    _ip("link", "add", net.bridge, "type", "bridge")
+    stack.push("bridge", name=net.bridge)
+    prefix = ipaddress.ip_network(net.subnet).prefixlen
+    _ip("addr", "add", f"{net.gateway}/{prefix}", "dev", net.bridge)
+    _ip("link", "set", net.bridge, "up")
+
+
+def apply_firewall(net: SandboxNetwork, proxy_port: int, run_id: str, repetition_id: str,
+                   stack: CleanupStack) -> None:
+    """Let the bridge reach only the proxy and DNS on the gateway; reject everything else."""
+    chain = chain_name(run_id, repetition_id)
+    tag = ["-m", "comment", "--comment", rule_comment(run_id)]
+    _iptables("ipv4", "-N", chain)
+    stack.push("chain", family="ipv4", name=chain)
+    for proto, port in (("tcp", proxy_port), ("udp", DNS_PORT), ("tcp", DNS_PORT)):
+        _iptables("ipv4", "-A", chain, "-d", net.gateway, "-p", proto, "--dport", str(port), "-j", "ACCEPT")
+    _iptables("ipv4", "-A", chain, "-j", "REJECT")
+    for family, rule in (
+        ("ipv4", ["INPUT", "-i", net.bridge, *tag, "-j", chain]),
+        ("ipv4", ["FORWARD", "-i", net.bridge, *tag, "-j", "REJECT"]),
+        ("ipv4", ["FORWARD", "-o", net.bridge, *tag, "-j", "REJECT"]),
+        ("ipv6", ["INPUT", "-i", net.bridge, *tag, "-j", "DROP"]),
+        ("ipv6", ["FORWARD", "-i", net.bridge, *tag, "-j", "DROP"]),
+    ):
+        _iptables(family, "-I", rule[0], "1", *rule[1:])
+        stack.push("rule", family=family, table_args=rule)
+
+
+def _ip(*args: str) -> None:
+    _check(["ip", *args])
+
+
+def _iptables(family: str, *args: str) -> None:
+    _check([{"ipv4": "iptables", "ipv6": "ip6tables"}[family], "-w", *args])
+
+
+def _check(cmd: list[str]) -> None:
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise NetworkError(f"{' '.join(cmd)}: {result.stderr.strip()}")

@@ -1,0 +1,186 @@
+"""The Podman driver: the API service, and one locked-down container run at a time.
+
+Driven through the ``podman`` package against ``podman system service``. When no service
+answers on the system socket, a private one is started on a socket of our own and
+stopped with the run. Measured quirks of podman-py 5.x against Podman 4.3: ``wait()``
+returns 0 after a failed start (so start errors are checked here), and a partial
+``ulimits`` list replaces the containers.conf defaults (so none is passed).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from podman import PodmanClient
+from podman.errors import APIError, NotFound
+
+from mitmchaos.cleanup import RUN_LABEL, CleanupStack, process_start_time
+
+SYSTEM_SOCKET = "unix:///run/podman/podman.sock"
+SANDBOX_UID = 1000
+
+
+class SandboxError(RuntimeError):
+    pass
+
+
+def _client_if_healthy(url: str) -> PodmanClient | None:
+    client = PodmanClient(base_url=url, timeout=30)
+    try:
+        if client.ping():
+            return client
+    except Exception:  # noqa: BLE001 - any failure means "not this socket"
+        pass
+    client.close()
+    return None
+
+
+def connect(stack: CleanupStack, timeout: float = 30.0) -> PodmanClient:
+    """A client for a healthy Podman service, starting a private one if needed. Never falls back."""
+    client = _client_if_healthy(SYSTEM_SOCKET)
+    if client is not None:
+        return client
+    sockdir = Path(tempfile.mkdtemp(prefix="mitmchaos-podman-"))
+    stack.push("path", path=str(sockdir))
+    url = f"unix://{sockdir}/podman.sock"
+    try:
+        service = subprocess.Popen(["podman", "system", "service", "--time=0", url], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    except FileNotFoundError:
+        raise SandboxError("podman is not installed; run `make host` (sandbox/host-setup.sh)") from None
+    stack.push("process", live=lambda: _stop(service), pid=service.pid, start_time=process_start_time(service.pid))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if service.poll() is not None:
+            raise SandboxError(f"podman system service exited with {service.returncode}: "
+                               f"{service.stderr.read().decode(errors='replace')[-2000:]}")
+        client = _client_if_healthy(url)
+        if client is not None:
+            return client
+        time.sleep(0.1)
+    raise SandboxError(f"the Podman API service did not answer on {url} within {timeout:.0f}s")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def check_runtime(client: PodmanClient, image: str) -> None:
+    """Prove containers actually start here (runtime, ulimits); the API answering is not enough."""
+    result = run_container(client, ContainerSpec(image=image, command=["true"], name=None, network="none"),
+                           stack=None)
+    if result.exit_code != 0:
+        raise SandboxError(f"a test container exited with {result.exit_code}: {result.stderr[-2000:]}")
+
+
+@dataclass
+class ContainerSpec:
+    image: str
+    command: list[str]
+    name: str | None
+    network: str  # a network name, or "none"
+    dns: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: list[dict] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    workdir: str = "/"
+
+
+@dataclass
+class ContainerResult:
+    exit_code: int | None  # None: stopped before it exited on its own
+    stdout: bytes = b""
+    stderr: str = ""
+    stopped: str | None = None  # why the runner stopped it
+
+
+def run_container(client: PodmanClient, spec: ContainerSpec, stack: CleanupStack | None,
+                  on_stdout: Callable[[bytes], None] = lambda b: None,
+                  on_stderr: Callable[[bytes], None] = lambda b: None,
+                  should_stop: Callable[[], str | None] = lambda: None) -> ContainerResult:
+    """Run ``spec`` as the sandbox user with every capability dropped, streaming its output.
+
+    ``should_stop`` is asked about once a second while it runs; a reason stops it.
+    """
+    net_args = {"network_mode": "none"} if spec.network == "none" else {"networks": {spec.network: {}}}
+    try:
+        container = client.containers.create(
+            spec.image, spec.command, name=spec.name, user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+            environment=spec.env, mounts=spec.mounts, dns=spec.dns, cap_drop=["ALL"],
+            security_opt=["no-new-privileges"], sysctls={"net.ipv6.conf.all.disable_ipv6": "1"},
+            labels=spec.labels, working_dir=spec.workdir, **net_args)
+    except APIError as exc:
+        raise SandboxError(f"cannot create the sandbox container: {exc}") from exc
+    undo = stack.push("container", live=lambda: _remove(container), name=container.id) if stack else None
+    try:
+        try:
+            container.start()
+        except APIError as exc:
+            raise SandboxError(f"the sandbox container did not start: {exc}") from exc
+        container.reload()
+        if container.attrs["State"].get("Error"):
+            raise SandboxError(f"the sandbox container did not start: {container.attrs['State']['Error']}")
+        stdout, stderr = bytearray(), bytearray()
+        readers = [_follow(container, stdout, on_stdout, stdout=True),
+                   _follow(container, stderr, on_stderr, stdout=False)]
+        stopped = _wait(container, should_stop)
+        exit_code = None if stopped else container.wait()
+        for reader in readers:
+            reader.join(timeout=5)
+        return ContainerResult(exit_code, bytes(stdout), stderr.decode(errors="replace"), stopped)
+    finally:
+        if undo is not None:
+            stack.release(undo)
+        else:
+            _remove(container)
+
+
+def _wait(container, should_stop: Callable[[], str | None], every: float = 1.0) -> str | None:
+    asked = time.monotonic()
+    while True:
+        container.reload()
+        if container.status not in ("created", "running", "configured"):
+            return None
+        if time.monotonic() - asked >= every:
+            asked = time.monotonic()
+            reason = should_stop()
+            if reason:
+                container.stop(timeout=2)
+                return reason
+        time.sleep(0.1)
+
+
+def _follow(container, sink: bytearray, callback: Callable[[bytes], None], stdout: bool) -> threading.Thread:
+    def pump() -> None:
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=stdout, stderr=not stdout):
+                sink.extend(chunk)
+                callback(chunk)
+        except (APIError, NotFound):
+            pass  # the container went away (stopped on an abort); what was read is kept
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    return thread
+
+
+def _remove(container) -> None:
+    try:
+        container.remove(force=True)
+    except NotFound:
+        pass
+
+
+def labels(run_id: str) -> dict[str, str]:
+    return {RUN_LABEL: run_id}
