@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 from mitmchaos.cleanup import CleanupStack
-from mitmchaos.sandbox import SANDBOX_UID
+from mitmchaos.podman_driver import SANDBOX_UID
 
 SANDBOX_ROOT = "/work"
 STATE_DIR = ".mitmchaos"  # in the worktree: plan, events, gate scripts; writable by the sandbox user
