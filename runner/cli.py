@@ -87,5 +87,30 @@ def docs(readme: Path, check: bool) -> None:
     readme.write_text(new)
 
 
+@main.command()
+@click.option("--plan", "plan_path", required=True, type=click.Path(exists=True, dir_okay=False), help="The plan.")
+@click.option("--events", "events_path", type=click.Path(dir_okay=False), help="Append events (JSON Lines) here.")
+@click.option("--listen", required=True, metavar="ADDR:PORT", help="UDP and TCP address ([v6]:PORT for IPv6).")
+@click.option("--upstream", metavar="ADDR[:PORT]", help="Forward unfaulted names here, and nowhere else.")
+@click.option("--answer", metavar="IP", help="Without --upstream: the address for every unfaulted name "
+                                             "(default: the listen address, the sandbox's gateway).")
+@click.option("--run-id", help="Run id on every event; default: a random one.")
+@click.option("--canary", help="The repetition's canary; default: a random one.")
+@click.option("--repetition", type=click.IntRange(min=0), default=0, help="Repetition index (fault decisions).")
+@click.option("--seed", type=click.IntRange(min=0), help="Override the plan's seed.")
+def resolver(plan_path, events_path, listen, upstream, answer, run_id, canary, repetition, seed) -> None:
+    """DNS resolver for the sandbox: fails the plan's egress.dns_fail names; runs until SIGTERM."""
+    from mitmchaos.plan import PlanError
+    from mitmchaos.resolver import run
+
+    if upstream and answer:
+        raise click.UsageError("give --upstream or --answer, not both")
+    try:
+        run(plan_path, events_path, listen, upstream, answer, run_id, canary, repetition, seed)
+    except (PlanError, ValueError, OSError) as exc:
+        click.echo(f"mitmchaos resolver: {exc}", err=True)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
     main()
