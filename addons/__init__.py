@@ -19,21 +19,30 @@ _EXPORTS = {
     "EgressPolicy": "mitmchaos.addons.policy",
     "EgressFaults": "mitmchaos.addons.egress",
     "StandIns": "mitmchaos.addons.standins",
+    "ModelAPI": "mitmchaos.addons.model_api",
+    "ToolLedger": "mitmchaos.addons.ledger",
+    "Redact": "mitmchaos.addons.redact",
 }
 
 
 def build_addons() -> list:
     from mitmchaos.addons.core import ChaosCore
     from mitmchaos.addons.egress import EgressFaults
+    from mitmchaos.addons.ledger import ToolLedger
+    from mitmchaos.addons.model_api import ModelAPI
     from mitmchaos.addons.policy import EgressPolicy
+    from mitmchaos.addons.redact import Redact
     from mitmchaos.addons.standins import StandIns
 
     core = ChaosCore()
+    ledger = ToolLedger(core)  # tool-call subscribers (classifier, tool-result faults) attach here
     components: list = [
         EgressPolicy(core),  # first: faults never touch a flow it blocked
         EgressFaults(core),
+        ModelAPI(core, ledger),
         # StandIns stays last (before any redaction addon): every fault applies before it routes a flow.
         StandIns(core),
+        Redact(),  # last: every addon sees the real headers; saved flows hold none
     ]
     core.components = components
     return [core, *components]

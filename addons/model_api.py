@@ -1,0 +1,142 @@
+"""ModelAPI: sees every model call (Anthropic Messages, OpenAI Chat Completions and
+Responses), injects the llm.* faults and writes llm_call events; tool calls and results go
+to the ToolLedger.
+
+SSE replies are parsed as they pass, through ``flow.response.stream``: each chunk goes on
+to the agent at once and only an unfinished event is held by the parser. JSON replies are
+small and parsed whole in ``response``. Calls answered by an earlier addon (an egress
+fault, the policy) are still recorded, since probes count calls; they are never faulted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from mitmproxy import http
+
+from mitmchaos.addons import providers
+from mitmchaos.addons.faults import llm
+from mitmchaos.addons.ledger import ToolLedger
+from mitmchaos.prices import cost_usd
+
+
+@dataclass
+class Call:
+    """One model call in flight."""
+
+    provider: type
+    request: providers.CallRequest
+    reply: providers.Reply
+    retry_count: int | None
+    parser: providers.SSEParser = field(default_factory=providers.SSEParser)
+    streamed: bool = False  # the stream callable saw the body
+    faulted: str | None = None  # the first fault applied
+    error: str | None = None
+    cut: llm.StreamCut | None = None
+    chunk_delay: llm.ChunkDelay | None = None
+
+
+class ModelAPI:
+    handles = llm.HANDLES
+
+    def __init__(self, core, ledger: ToolLedger) -> None:
+        self.core = core
+        self.ledger = ledger
+        self.calls: dict[str, Call] = {}  # flow id -> call; not in flow.metadata, which is saved with the flow
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        state = self.core.state
+        provider = providers.detect(flow.request.method, flow.request.path)
+        if state is None or provider is None:
+            return
+        try:
+            body = json.loads(flow.request.get_text(strict=False) or "")
+        except ValueError:
+            return
+        if not isinstance(body, dict):
+            return
+        reply = provider.reply_type(on_tool_call=lambda call: self.ledger.call(flow, call))
+        retry = flow.request.headers.get("x-stainless-retry-count", "")
+        call = Call(provider, provider.parse_request(body), reply, int(retry) if retry.isdigit() else None)
+        self.calls[flow.id] = call
+        self.ledger.results(flow, call.request.tool_results)
+        if flow.response:
+            return
+        # The stream is parsed as it passes, so it must come back uncompressed.
+        flow.request.headers["accept-encoding"] = "identity"
+        await llm.inject(state, call, flow)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        call = self.calls.get(flow.id)
+        if call is None or "text/event-stream" not in flow.response.headers.get("content-type", ""):
+            return
+        flow.response.stream = lambda data: self._pass(call, data)
+        if call.chunk_delay is not None:
+            call.chunk_delay.start()
+
+    @staticmethod
+    def _pass(call: Call, data: bytes) -> bytes | list[bytes]:
+        if not data:  # end of the body
+            return data
+        call.streamed = True
+        events = call.parser.feed(data)
+        out: bytes | list[bytes] = data
+        if call.cut is not None:
+            out, passed = call.cut.filter(data, [end for _, end in events])
+            events = events[:passed]  # what the agent never receives is not reported
+        for event, _ in events:
+            call.reply.event(event)
+        return out
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        call = self.calls.pop(flow.id, None)
+        if call is None:
+            return
+        if not call.streamed:
+            self._read_whole(call, flow.response)
+        self._finish(call, flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        call = self.calls.pop(flow.id, None)
+        if call is not None:
+            call.error = call.error or (flow.error.msg if flow.error else "error")
+            self._finish(call, flow)
+
+    @staticmethod
+    def _read_whole(call: Call, response: http.Response) -> None:
+        text = response.get_text(strict=False) or ""
+        if "text/event-stream" in response.headers.get("content-type", ""):
+            for event, _ in call.parser.feed(text.encode()):
+                call.reply.event(event)
+            return
+        try:
+            call.reply.json(json.loads(text))
+        except ValueError:
+            pass
+
+    def _finish(self, call: Call, flow: http.HTTPFlow) -> None:
+        if call.chunk_delay is not None:
+            call.chunk_delay.finish()
+        state = self.core.state
+        if state is None:
+            return
+        reply = call.reply
+        state.events.emit(
+            "llm_call",
+            provider=call.provider.name,
+            host=flow.request.pretty_host,
+            path=flow.request.path.split("?", 1)[0],
+            requested_model=call.request.model,
+            model=reply.model,
+            status=flow.response.status_code if flow.response else None,
+            stream=call.request.stream,
+            stop_reason=reply.stop_reason,
+            usage=reply.usage,
+            cost_usd=cost_usd(reply.model or call.request.model, reply.usage, state.plan.prices),
+            duration_s=round(time.time() - flow.request.timestamp_start, 3),
+            retry_count=call.retry_count,
+            faulted=call.faulted,
+            error=call.error or reply.error,
+        )

@@ -1,0 +1,28 @@
+"""Provider adapters: the model APIs an agent calls, recognised by path on any host.
+
+Matching by path alone lets base-URL setups, gateways and stand-ins work as well as the
+real hosts. Each adapter parses its requests and replies (JSON, or SSE incrementally),
+trims conversations and builds the provider's own error bodies.
+"""
+
+from __future__ import annotations
+
+from mitmchaos.addons.providers.anthropic import Anthropic
+from mitmchaos.addons.providers.common import CallRequest, Reply, ToolCall, ToolResult
+from mitmchaos.addons.providers.openai_chat import OpenAIChat
+from mitmchaos.addons.providers.openai_responses import OpenAIResponses
+from mitmchaos.addons.providers.sse import SSEEvent, SSEParser
+
+PROVIDERS = (Anthropic, OpenAIChat, OpenAIResponses)
+
+
+def detect(method: str, path: str):
+    """The adapter for a model-API call, or None. ``path`` may carry a query string (``?beta=true``)."""
+    if method != "POST":
+        return None
+    path = path.split("?", 1)[0].rstrip("/")
+    return next((p for p in PROVIDERS if p.matches(path)), None)
+
+
+__all__ = ["PROVIDERS", "detect", "Anthropic", "OpenAIChat", "OpenAIResponses", "CallRequest", "Reply",
+           "ToolCall", "ToolResult", "SSEEvent", "SSEParser"]
