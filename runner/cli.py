@@ -88,6 +88,62 @@ def docs(readme: Path, check: bool) -> None:
 
 
 @main.command()
+@click.argument("plan_path", metavar="PLAN", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--sandbox-image", help="Sandbox image (overrides the plan's sandbox_image); ours are built on first use.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Report path (default: under the temp directory); artifacts go next to it.")
+@click.option("--keep", is_flag=True, help="Keep each repetition's worktree.")
+def run(plan_path: Path, sandbox_image: str | None, out: Path | None, keep: bool) -> None:
+    """Run an experiment: baseline repetitions, then faulted ones, each in a Podman sandbox.
+
+    Exit codes: 0 scored, 1 aborted, 2 invalid or inconclusive (and a plan or preflight error).
+    """
+    from mitmchaos.plan import PlanError
+    from mitmchaos.run import Interrupted, RunError, RunSettings, execute, score_and_report
+
+    try:
+        outcome = execute(RunSettings(plan_path, sandbox_image, out, keep))
+    except PlanError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    except RunError as exc:
+        click.echo(f"mitmchaos run: {exc}", err=True)
+        sys.exit(2)
+    except Interrupted as exc:
+        click.echo(f"mitmchaos run: interrupted ({exc}); everything it set up was removed", err=True)
+        sys.exit(130)
+    result = score_and_report(outcome)
+    click.echo(f"verdict: {result.verdict}" + (f", score {result.score:.0f}" if result.score is not None else ""))
+    click.echo(f"report: {outcome.report_path}\nartifacts: {outcome.artifacts}")
+    sys.exit(result.exit_code)
+
+
+@main.command()
+@click.option("--node/--no-node", default=True, help="Also build the -node image.")
+def images(node: bool) -> None:
+    """Build the sandbox images (cached: nothing happens when they exist)."""
+    from mitmchaos import images as sandbox_images
+
+    for tag in [sandbox_images.default_image()] + ([sandbox_images.default_image(node=True)] if node else []):
+        try:
+            sandbox_images.ensure_image(tag)
+        except sandbox_images.ImageError as exc:
+            click.echo(f"mitmchaos images: {exc}", err=True)
+            sys.exit(1)
+        click.echo(tag)
+
+
+@main.command()
+@click.option("--force", is_flag=True, help="Also undo runs whose process still looks alive.")
+def cleanup(force: bool) -> None:
+    """Remove what interrupted runs left: containers, networks, bridges, firewall rules, processes, worktrees."""
+    from mitmchaos.cleanup import sweep
+
+    for line in sweep(force=force):
+        click.echo(f"removed {line}")
+
+
+@main.command()
 @click.option("--plan", "plan_path", required=True, type=click.Path(exists=True, dir_okay=False), help="The plan.")
 @click.option("--events", "events_path", type=click.Path(dir_okay=False), help="Append events (JSON Lines) here.")
 @click.option("--listen", required=True, metavar="ADDR:PORT", help="UDP and TCP address ([v6]:PORT for IPv6).")

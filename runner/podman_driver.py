@@ -76,12 +76,14 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def check_runtime(client: PodmanClient, image: str) -> None:
-    """Prove containers actually start here (runtime, ulimits); the API answering is not enough."""
-    result = run_container(client, ContainerSpec(image=image, command=["true"], name=None, network="none"),
+def read_image_file(client: PodmanClient, image: str, path: str) -> bytes | None:
+    """A file of ``image`` (None if it has none), read by a throwaway sandbox container.
+
+    Also the preflight proof that containers start here at all: the API answering is not enough.
+    """
+    result = run_container(client, ContainerSpec(image=image, command=["cat", path], name=None, network="none"),
                            stack=None)
-    if result.exit_code != 0:
-        raise SandboxError(f"a test container exited with {result.exit_code}: {result.stderr[-2000:]}")
+    return result.stdout if result.exit_code == 0 else None
 
 
 @dataclass

@@ -50,9 +50,11 @@ def require_clean_tree(root: Path) -> None:
     _git(root, "rev-parse", "--verify", "HEAD")
 
 
-def create_worktree(root: Path, dest: Path, stack: CleanupStack) -> Path:
+def create_worktree(root: Path, dest: Path, stack: CleanupStack | None) -> Path:
+    """A detached worktree of HEAD; without a stack it outlives the run (--keep)."""
     _git(root, "worktree", "add", "--detach", str(dest), "HEAD")
-    stack.push("worktree", repo=str(root), path=str(dest))
+    if stack is not None:
+        stack.push("worktree", repo=str(root), path=str(dest))
     return dest
 
 

@@ -1,0 +1,533 @@
+"""``mitmchaos run``: baseline repetitions, then faulted ones, each in its own sandbox.
+
+A repetition gets a run id and a canary, a fresh worktree of HEAD, its own internal
+network and firewall, its own mitmdump and resolver bound on the network's gateway, and
+then the agent and verify in locked-down containers. Baseline repetitions run the same
+plan with every fault's probability set to 0: stand-ins and policy still answer, no fault
+fires. Everything a repetition set up is undone on the way out, whatever stops it; see
+cleanup.py.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, TextIO
+
+import yaml
+from mitmproxy.certs import CertStore
+from podman.errors import APIError
+
+from mitmchaos import images
+from mitmchaos.cleanup import CleanupStack, process_start_time
+from mitmchaos.decisions import new_canary
+from mitmchaos.events import EventWriter, read_events
+from mitmchaos.log import get_logger
+from mitmchaos.monitor import AbortMonitor
+from mitmchaos.network import DNS_PORT, NetworkError, SandboxNetwork, apply_firewall, create_network
+from mitmchaos.plan import NO_COST_CEILING, Plan, load_plan
+from mitmchaos.podman_driver import (SANDBOX_UID, ContainerSpec, SandboxError, connect, labels, read_image_file,
+                                     run_container)
+from mitmchaos.proxy import ChaosProxy, ProxyError, free_port
+from mitmchaos.records import Phase, RepetitionRecord
+from mitmchaos.workspace import (STATE_DIR, WorkspaceError, carry_in, create_worktree, hand_to_sandbox_user,
+                                 project_root, require_clean_tree)
+
+log = get_logger(__name__)
+
+PROVIDER_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # the image's bundle, replaced by one that trusts the proxy
+PLAN_IN_SANDBOX = f"/work/{STATE_DIR}/plan.yaml"
+EVENTS_IN_SANDBOX = f"/work/{STATE_DIR}/events.jsonl"
+ARTIFACTS = ("events.jsonl", "agent.out", "agent.err", "verify.out", "proxy.log", "resolver.log", "flows.mitm")
+RESOLVER_START_S = 15.0
+
+
+class RunError(RuntimeError):
+    """The run cannot start (preflight) or cannot go on."""
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM: unwind through every cleanup, then stop."""
+
+
+class RepetitionFailed(RuntimeError):
+    """A runner-side failure that ends a repetition (and the run), reported with the repetition."""
+
+
+@dataclass
+class RunSettings:
+    plan_path: Path
+    sandbox_image: str | None = None
+    out: Path | None = None
+    keep: bool = False
+    cwd: Path = field(default_factory=Path.cwd)
+    terminal: BinaryIO = field(default_factory=lambda: sys.stdout.buffer)  # the agent's output, live
+    progress: TextIO = field(default_factory=lambda: sys.stderr)
+
+
+@dataclass
+class RunOutcome:
+    plan: Plan
+    run_id: str
+    report_path: Path
+    artifacts: Path
+    records: list[RepetitionRecord]
+    carried_in: list[str]
+    invalid_baseline: bool = False
+
+
+# ------------------------------------------------------------------ signals
+
+
+@contextmanager
+def interrupts_raise() -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into ``Interrupted`` so every ``finally`` runs."""
+    def handler(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while cleaning up; a pending one is delivered afterwards."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+# ------------------------------------------------------------------ progress
+
+
+class Progress:
+    def __init__(self, stream: TextIO, total: int):
+        self.stream = stream
+        self.total = total
+        self.label = ""
+        self.current = ""
+        self.phase_started = self.last_tick = time.monotonic()
+
+    def repetition(self, number: int, phase: Phase, run_id: str) -> None:
+        self.label = f"rep {number}/{self.total} {phase}"
+        self.say(f"{self.label} ({run_id})")
+
+    def phase(self, name: str) -> None:
+        self.phase_started = self.last_tick = time.monotonic()
+        self.say(f"{self.label}: {name}")
+        self.current = name
+
+    def tick(self, faults_fired: int, every: float = 5.0) -> None:
+        now = time.monotonic()
+        if now - self.last_tick >= every:
+            self.last_tick = now
+            self.say(f"{self.label}: {self.current} {now - self.phase_started:.0f}s, faults fired {faults_fired}")
+
+    def say(self, text: str) -> None:
+        print(f"[mitmchaos] {text}", file=self.stream, flush=True)
+
+
+# ------------------------------------------------------------------ the run
+
+
+def new_run_id() -> str:
+    return f"mc{time.strftime('%Y%m%d%H%M%S')}{secrets.token_hex(2)}"
+
+
+def default_report_path(plan: Plan, run_id: str) -> Path:
+    # under the temp directory, so it never dirties the tree the next run needs clean
+    return Path(tempfile.gettempdir()) / "mitmchaos" / f"{plan.name}-{run_id}.json"
+
+
+def preflight(settings: RunSettings) -> tuple[Plan, Path]:
+    plan = load_plan(settings.plan_path)
+    if plan.abort_value("cost_usd_above") is None:
+        raise RunError(NO_COST_CEILING)
+    try:
+        root = project_root(settings.cwd)
+        require_clean_tree(root)
+    except WorkspaceError as exc:
+        raise RunError(str(exc)) from None
+    return plan, root
+
+
+def execute(settings: RunSettings) -> RunOutcome:
+    """Run every repetition; raises RunError when the run cannot start, Interrupted on a signal."""
+    plan, root = preflight(settings)
+    run_id = new_run_id()
+    report = settings.out or default_report_path(plan, run_id)
+    outcome = RunOutcome(plan, run_id, report, report.parent / report.stem, [], [])
+    with interrupts_raise():
+        stack = CleanupStack(run_id)
+        try:
+            _execute(settings, plan, root, outcome, stack)
+        finally:
+            with signals_deferred():
+                stack.close()
+    return outcome
+
+
+def _execute(settings: RunSettings, plan: Plan, root: Path, outcome: RunOutcome, stack: CleanupStack) -> None:
+    progress = Progress(settings.progress, plan.repeat * 2)
+    try:
+        client = connect(stack)
+    except SandboxError as exc:
+        raise RunError(f"Podman is not usable, and a run never falls back to the host: {exc}") from None
+    image = settings.sandbox_image or plan.sandbox_image or images.default_image()
+    try:
+        images.ensure_image(image)
+        scratch = Path(tempfile.mkdtemp(prefix=f"mitmchaos-{outcome.run_id}-"))
+        stack.push("path", path=str(scratch))
+        ca_dir = _make_ca(scratch / "ca")
+        bundle = _ca_bundle(client, image, ca_dir, scratch / "ca-bundle.pem")
+    except (images.ImageError, SandboxError) as exc:
+        raise RunError(f"the sandbox cannot run {image}: {exc}") from None
+    outcome.artifacts.mkdir(parents=True, exist_ok=True)
+    shared = Shared(settings, plan, root, client, image, ca_dir, bundle, progress, outcome.run_id)
+    number = 0
+    for phase in ("baseline", "faulted"):
+        for index in range(plan.repeat):
+            number += 1
+            record = Repetition(shared, phase, index, number, outcome.artifacts).run()
+            outcome.records.append(record)
+            outcome.carried_in = record.extra.get("carried_in", outcome.carried_in)
+            if record.abort or record.error:
+                progress.say(f"run ends: repetition {number} {'aborted' if record.abort else 'failed'}")
+                return
+            if phase == "baseline" and record.verify_exit != 0:
+                outcome.invalid_baseline = True
+                progress.say(f"baseline repetition {index + 1} failed verify ({record.verify_exit}); "
+                             "the faulted repetitions are skipped")
+                return
+
+
+def _make_ca(confdir: Path) -> Path:
+    """One CA for the whole run, so the sandbox's CA bundle is built once."""
+    CertStore.from_store(confdir, "mitmproxy", 2048)
+    return confdir
+
+
+def _ca_bundle(client, image: str, ca_dir: Path, dest: Path) -> Path:
+    system = read_image_file(client, image, CA_BUNDLE) or b""
+    dest.write_bytes(system.rstrip(b"\n") + b"\n" + (ca_dir / "mitmproxy-ca-cert.pem").read_bytes())
+    dest.chmod(0o644)
+    return dest
+
+
+@dataclass
+class Shared:
+    settings: RunSettings
+    plan: Plan
+    root: Path
+    client: object
+    image: str
+    ca_dir: Path
+    bundle: Path
+    progress: Progress
+    run_id: str
+
+
+# ------------------------------------------------------------------ one repetition
+
+
+class Repetition:
+    def __init__(self, shared: Shared, phase: Phase, index: int, number: int, artifacts_root: Path):
+        self.s = shared
+        self.phase = phase
+        self.index = index
+        run_id = f"{shared.run_id}-{phase[0]}{index}"
+        self.record = RepetitionRecord(index, phase, run_id, new_canary(), artifacts_root / f"{phase}-{index + 1}")
+        self.number = number
+        self.stack = CleanupStack(run_id)
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"mitmchaos-{run_id}-"))
+        self.stack.push("path", path=str(self.scratch))
+        self.events_path = self.scratch / "proxy" / "events.jsonl"
+        self.proxy: ChaosProxy | None = None
+        self.resolver: subprocess.Popen | None = None
+        self.undo_proxy = self.undo_resolver = None
+
+    def run(self) -> RepetitionRecord:
+        try:
+            self._run()
+        except (RepetitionFailed, SandboxError, NetworkError, WorkspaceError, ProxyError, APIError, OSError) as exc:
+            self.record.error = f"{type(exc).__name__}: {exc}"
+            self.s.progress.say(f"repetition failed: {self.record.error}")
+        finally:
+            with signals_deferred():
+                try:
+                    self._collect()
+                finally:
+                    self.stack.close()
+        return self.record
+
+    def _run(self) -> None:
+        s, rec = self.s, self.record
+        s.progress.repetition(self.number, self.phase, rec.run_id)
+        s.progress.phase("setting up")
+        plan_file = self._effective_plan()
+        worktree = self._workspace(plan_file)
+        net = create_network(s.client, f"mitmchaos-{rec.run_id}", rec.run_id, self.stack)
+        proxy_port = free_port(net.gateway)
+        apply_firewall(net, proxy_port, s.run_id, rec.run_id, self.stack)
+        self._start_proxy(net, proxy_port, plan_file)
+        self._start_resolver(net, plan_file)
+        runner_events = EventWriter(self.events_path, rec.run_id, "runner")
+        try:
+            runner_events.emit("repetition_started", index=self.index, phase=self.phase)
+            self._agent(net, worktree, plan_file, runner_events)
+            if rec.abort is None and rec.error is None:
+                self._verify(net, worktree, plan_file)
+            runner_events.emit("repetition_finished", index=self.index, phase=self.phase,
+                               agent_exit=rec.agent_exit, verify_exit=rec.verify_exit, duration_s=rec.duration_s)
+        finally:
+            runner_events.close()
+
+    # -- setting up
+
+    def _effective_plan(self) -> Path:
+        """The plan the proxy and resolver load: stand-in paths made absolute; no faults for a baseline."""
+        source = self.s.settings.plan_path.resolve()
+        data = yaml.safe_load(source.read_text())
+        for stand_in in data.get("stand_ins") or []:
+            for key in ("dir", "flows"):
+                if stand_in.get(key):
+                    stand_in[key] = str((source.parent / stand_in[key]).resolve())
+            target, sep, func = (stand_in.get("handler") or "").rpartition(":")
+            if sep and target.endswith(".py"):
+                stand_in["handler"] = f"{(source.parent / target).resolve()}:{func}"
+        if self.phase == "baseline":
+            for fault in data["faults"]:
+                fault["probability"] = 0
+        path = self.scratch / "plan.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        load_plan(path)  # the derived plan must still be valid
+        return path
+
+    def _workspace(self, plan_file: Path) -> Path:
+        dest = self.scratch.with_name(self.scratch.name + "work")
+        create_worktree(self.s.root, dest, None if self.s.settings.keep else self.stack)
+        if self.s.settings.keep:
+            self.record.extra["worktree"] = str(dest)
+        carried = carry_in(self.s.root, dest)
+        self.record.extra["carried_in"] = carried
+        state = dest / STATE_DIR
+        state.mkdir(exist_ok=True)
+        (state / "events.jsonl").touch()
+        shutil.copy(plan_file, state / "plan.yaml")
+        self.events_path.parent.mkdir(parents=True, exist_ok=True)
+        self.events_path.touch()
+        hand_to_sandbox_user(dest)
+        os.chown(self.events_path, SANDBOX_UID, SANDBOX_UID)  # gates in the sandbox append to it
+        return dest
+
+    def _start_proxy(self, net: SandboxNetwork, port: int, plan_file: Path) -> None:
+        self.s.progress.phase("starting proxy")
+        proxy = ChaosProxy(workdir=self.scratch / "proxy", plan=plan_file, canary=self.record.canary,
+                           run_id=self.record.run_id, host=net.gateway, port=port,
+                           options={"connection_strategy": "lazy", "chaos_repetition": str(self.index),
+                                    "save_stream_file": str(self.scratch / "flows.mitm")})
+        shutil.copytree(self.s.ca_dir, proxy.confdir)
+        self.proxy = proxy
+        proxy.start()  # raises ProxyError with the log when it exits or never answers
+        self.undo_proxy = self.stack.push("process", live=proxy.stop, pid=proxy.process.pid,
+                                          start_time=process_start_time(proxy.process.pid))
+
+    def _start_resolver(self, net: SandboxNetwork, plan_file: Path) -> None:
+        cmd = [str(Path(sys.executable).with_name("mitmchaos")), "resolver", "--plan", str(plan_file),
+               "--events", str(self.events_path), "--listen", f"{net.gateway}:{DNS_PORT}",
+               "--run-id", self.record.run_id, "--canary", self.record.canary, "--repetition", str(self.index)]
+        log_file = open(self.scratch / "resolver.log", "ab")
+        try:
+            process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        finally:
+            log_file.close()
+        self.resolver = process
+        self.undo_resolver = self.stack.push("process", live=lambda: _terminate(process), pid=process.pid,
+                                             start_time=process_start_time(process.pid))
+        deadline = time.monotonic() + RESOLVER_START_S
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RepetitionFailed(f"the resolver exited with {process.returncode} at start-up:\n"
+                                       f"{_tail(self.scratch / 'resolver.log')}")
+            if any(e.get("component") == "resolver" for e in read_events(self.events_path).of_type("plan_loaded")):
+                return
+            time.sleep(0.05)
+        raise RepetitionFailed(f"the resolver did not come up within {RESOLVER_START_S:.0f}s:\n"
+                               f"{_tail(self.scratch / 'resolver.log')}")
+
+    # -- the sandbox
+
+    def _container(self, net: SandboxNetwork, worktree: Path, plan_file: Path, role: str, command: str
+                   ) -> ContainerSpec:
+        env = {}
+        for name in (*PROVIDER_KEYS, *self.s.plan.env):  # by name: the plan never holds a value
+            if name in os.environ:
+                env[name] = os.environ[name]
+        url = self.proxy.url
+        env.update({"HTTPS_PROXY": url, "HTTP_PROXY": url, "https_proxy": url, "http_proxy": url,
+                    "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "localhost,127.0.0.1",
+                    "SSL_CERT_FILE": CA_BUNDLE, "REQUESTS_CA_BUNDLE": CA_BUNDLE, "NODE_EXTRA_CA_CERTS": CA_BUNDLE,
+                    "PIP_CERT": CA_BUNDLE, "CURL_CA_BUNDLE": CA_BUNDLE, "GIT_SSL_CAINFO": CA_BUNDLE,
+                    "MITMCHAOS_PLAN": PLAN_IN_SANDBOX, "MITMCHAOS_EVENTS": EVENTS_IN_SANDBOX,
+                    "MITMCHAOS_RUN_ID": self.record.run_id, "MITMCHAOS_CANARY": self.record.canary,
+                    "MITMCHAOS_REPETITION": str(self.index)})
+        mounts = [
+            {"type": "bind", "source": str(worktree), "target": "/work", "read_only": False},
+            {"type": "bind", "source": str(self.events_path), "target": EVENTS_IN_SANDBOX, "read_only": False},
+            {"type": "bind", "source": str(plan_file), "target": PLAN_IN_SANDBOX, "read_only": True},
+            {"type": "bind", "source": str(self.s.bundle), "target": CA_BUNDLE, "read_only": True},
+        ]
+        return ContainerSpec(image=self.s.image, command=["sh", "-c", command],
+                             name=f"mitmchaos-{self.record.run_id}-{role}", network=net.name, dns=[net.gateway],
+                             env=env, mounts=mounts, labels=labels(self.record.run_id), workdir="/work")
+
+    def _agent(self, net: SandboxNetwork, worktree: Path, plan_file: Path, runner_events: EventWriter) -> None:
+        rec = self.record
+        monitor = AbortMonitor(self.s.plan, self.events_path)
+        self.s.progress.phase("agent")
+        started = time.monotonic()
+
+        def should_stop() -> str | None:
+            elapsed = time.monotonic() - started
+            abort = monitor.check(elapsed)
+            self.s.progress.tick(monitor.faults_fired)
+            if abort:
+                rec.abort = abort
+                runner_events.emit("abort", **abort)
+                self.s.progress.say(f"abort: {abort['condition']} (observed {abort['observed']})")
+                return "abort"
+            crashed = self._crashed_helper()
+            if crashed:
+                rec.error = crashed
+                return "error"
+            return None
+
+        agent_out, agent_err = bytearray(), bytearray()
+        result = run_container(self.s.client, self._container(net, worktree, plan_file, "agent", self.s.plan.agent),
+                               self.stack, on_stdout=self._echo(agent_out), on_stderr=self._echo(agent_err),
+                               should_stop=should_stop)
+        rec.duration_s = round(time.monotonic() - started, 3)
+        rec.agent_exit = result.exit_code
+        self._save("agent.out", result.stdout)
+        self._save("agent.err", result.stderr.encode())
+        rec.extra["faults_fired"] = monitor.faults_fired
+        if rec.error is None:
+            rec.error = self._crashed_helper()  # died right at the end: the repetition is still not sound
+
+    def _verify(self, net: SandboxNetwork, worktree: Path, plan_file: Path) -> None:
+        self.s.progress.phase("verify")
+        result = run_container(self.s.client, self._container(net, worktree, plan_file, "verify", self.s.plan.verify),
+                               self.stack, on_stdout=self._echo(bytearray()), on_stderr=self._echo(bytearray()))
+        self.record.verify_exit = result.exit_code
+        self._save("verify.out", result.stdout + result.stderr.encode())
+
+    def _crashed_helper(self) -> str | None:
+        if self.proxy is not None and not self.proxy.alive():
+            return (f"the proxy exited with {self.proxy.process.returncode} during the repetition:\n"
+                    f"{self.proxy.log_text()[-2000:]}")
+        if self.resolver is not None and self.resolver.poll() is not None:
+            return (f"the resolver exited with {self.resolver.returncode} during the repetition:\n"
+                    f"{_tail(self.scratch / 'resolver.log')}")
+        return None
+
+    def _echo(self, sink: bytearray):
+        terminal = self.s.settings.terminal
+
+        def write(chunk: bytes) -> None:
+            sink.extend(chunk)
+            terminal.write(chunk)
+            terminal.flush()
+
+        return write
+
+    def _save(self, name: str, data: bytes) -> None:
+        (self.scratch / name).write_bytes(data)
+
+    # -- collecting
+
+    def _collect(self) -> None:
+        """Stop the helpers (flushing flows and events), then copy the artifacts, secrets masked."""
+        for undo in (self.undo_resolver, self.undo_proxy):
+            if undo is not None:
+                self.stack.release(undo)
+        art = self.record.artifacts
+        art.mkdir(parents=True, exist_ok=True)
+        sources = {"events.jsonl": self.events_path, "proxy.log": self.scratch / "proxy" / "proxy.log"}
+        for name in ARTIFACTS:
+            source = sources.get(name, self.scratch / name)
+            if source.exists():
+                shutil.copyfile(source, art / name)
+        mask_secrets(art, [os.environ[n] for n in (*PROVIDER_KEYS, *self.s.plan.env) if os.environ.get(n)])
+
+
+def mask_secrets(directory: Path, secrets_: list[str]) -> None:
+    """Overwrite every occurrence of a passed secret in the artifacts with as many asterisks.
+
+    The addons redact credentials before flows are saved; this is the second line, for what
+    the agent printed itself. Same length, so binary flow files stay well-formed.
+    """
+    needles = [s.encode() for s in secrets_ if len(s) >= 8]
+    if not needles:
+        return
+    for path in directory.iterdir():
+        data = path.read_bytes()
+        masked = data
+        for needle in needles:
+            masked = masked.replace(needle, b"*" * len(needle))
+        if masked != data:
+            path.write_bytes(masked)
+
+
+def _terminate(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _tail(path: Path, chars: int = 2000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+
+# ------------------------------------------------------------------ score and report
+
+
+def runner_warnings(outcome: RunOutcome) -> list[str]:
+    """What only the runner knows: gates the plan needs that the project does not have."""
+    gate_faults = [f.id for f in outcome.plan.faults if "gate" in f.fault_type.injected_by]
+    carried_gates = [p for p in outcome.carried_in if p.startswith(".mitmchaos/hooks/")]
+    if gate_faults and not carried_gates:
+        return [f"{', '.join(gate_faults)} need(s) the project's gates, but it has no .mitmchaos/hooks/: "
+                "a harness in the sandbox runs ungoverned and these faults cannot fire"]
+    return []
+
+
+def score_and_report(outcome: RunOutcome):
+    from mitmchaos.report import write_reports
+    from mitmchaos.scoring import score
+
+    result = score(outcome.plan, outcome.records)
+    result.warnings.extend(runner_warnings(outcome))
+    write_reports(result, outcome.report_path)
+    return result
