@@ -1,0 +1,285 @@
+"""From repetition records to a result: probe outcomes, statistics, score, verdict, warnings.
+
+``score(plan, records)`` reads each repetition's artifacts once, one repetition at a time
+(events are streamed), evaluates every probe on it, and keeps only the results and a
+bounded timeline, so a long run's memory does not grow with its event files.
+
+Verdicts (exit codes): scored (0), aborted (1), invalid (2), inconclusive (2).
+  1. aborted: an abort condition or a runner error stopped a repetition.
+  2. invalid: a baseline repetition failed verify (the task fails without faults).
+  3. inconclusive: a probe's baseline pass rate is below its threshold (no steady state).
+  4. invalid: no fault fired in any faulted repetition (the trigger check).
+  5. inconclusive: with require_confidence, a probe's interval still contains its threshold.
+  6. scored: outcome ``weakness_found`` when a probe's faulted pass rate is below its
+     threshold, else ``hypothesis_held``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mitmchaos import stats
+from mitmchaos.addons.faults import REGISTRY as FAULTS
+from mitmchaos.judge import ask_judge
+from mitmchaos.plan import Plan
+from mitmchaos.probes.evaluate import ProbeResult, judge_key, repetition_cost
+from mitmchaos.probes.evidence import Evidence, JudgeVerdict, build_evidence, read_llm_calls
+from mitmchaos.records import RepetitionRecord
+
+REPORT_SCHEMA_VERSION = 1
+EXIT_CODES = {"scored": 0, "aborted": 1, "invalid": 2, "inconclusive": 2}
+TIMELINE_MARKS = 300  # per kind and repetition: enough to see a retry storm, small enough to draw
+
+
+@dataclass
+class PhaseStats:
+    passes: int = 0
+    runs: int = 0  # repetitions the probe evaluated
+    not_evaluated: int = 0
+    rate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+    def finish(self, confidence: float) -> None:
+        if self.runs:
+            self.rate = self.passes / self.runs
+            self.ci_low, self.ci_high = stats.wilson(self.passes, self.runs, confidence)
+
+
+@dataclass
+class ProbeOutcome:
+    index: int
+    id: str
+    label: str
+    kind: str
+    weight: float
+    threshold: float
+    baseline: PhaseStats
+    faulted: PhaseStats
+    status: str = "n/a"  # ok | FAIL | undecided | n/a, from the faulted phase
+    pass_all: bool | None = None  # every evaluated faulted repetition passed (pass^k with k = runs)
+    pass_hat_k: dict[str, float] = field(default_factory=dict)  # unbiased pass^k estimates, k = 1, 2, 4, ...
+    settle_runs: int | None = None  # for an undecided probe: about this many runs would decide it
+
+
+@dataclass
+class RepetitionResult:
+    index: int
+    phase: str
+    run_id: str
+    canary: str
+    agent_exit: int | None
+    verify_exit: int | None
+    duration_s: float
+    cost_usd: float
+    tokens: int
+    llm_calls: int
+    tool_calls: int
+    faults_injected: int
+    malformed: int
+    abort: dict[str, Any] | None
+    error: str | None
+    probes: list[dict[str, Any]]  # per plan probe: {"passed", "detail"}
+    timeline: dict[str, Any]
+
+
+@dataclass
+class RunResult:
+    plan: dict[str, Any]
+    verdict: str
+    exit_code: int
+    outcome: str | None  # hypothesis_held | weakness_found, for a scored or inconclusive run
+    reasons: list[str]
+    score: float | None
+    confidence: float
+    probes: list[ProbeOutcome]
+    repetitions: list[RepetitionResult]
+    warnings: list[str]
+    malformed_lines: int
+    schema_version: int = REPORT_SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {"schema_version": data.pop("schema_version"), **data}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunResult:
+        data = dict(data)
+        data["probes"] = [ProbeOutcome(**{**p, "baseline": PhaseStats(**p["baseline"]),
+                                          "faulted": PhaseStats(**p["faulted"])}) for p in data["probes"]]
+        data["repetitions"] = [RepetitionResult(**r) for r in data["repetitions"]]
+        return cls(**data)
+
+
+def probe_label(probe) -> str:
+    """``output_matches('^Summary:')``, ``cost_multiplier_below(3)``, ``tool_called(tool='x', ...)``."""
+    shown = {k: v for k, v in probe.params().model_dump(exclude_none=True).items()
+             if k not in ("prices", "endpoint", "api_key_env")}
+    if not shown:
+        return probe.id
+    if len(shown) == 1:
+        (value,) = shown.values()
+        return f"{probe.id}({value:g})" if isinstance(value, float) else f"{probe.id}({value!r})"
+    return f"{probe.id}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    return {
+        "name": plan.name, "description": plan.description, "repeat": plan.repeat, "seed": plan.seed,
+        "pass_rate": plan.pass_rate, "confidence": plan.confidence, "require_confidence": plan.require_confidence,
+        "faults": [{"index": i, "id": f.id, "match": f.match.model_dump(exclude_none=True),
+                    "injected_by": list(f.fault_type.injected_by)} for i, f in enumerate(plan.faults)],
+        "probes": [{"index": i, "id": p.id, "label": probe_label(p), "weight": p.weight,
+                    "threshold": plan.threshold(p)} for i, p in enumerate(plan.probes)],
+    }
+
+
+def _timeline(ev: Evidence) -> dict[str, Any]:
+    t0 = ev.started or 0.0
+    llm = [{"start": round(c.start - t0, 3), "end": round(c.end - t0, 3), "status": c.status,
+            "failed": c.failed, "faulted": c.faulted} for c in ev.llm_calls[:TIMELINE_MARKS]]
+    tools = [{"t": round(c.ts - t0, 3), "tool": c.tool, "ok": c.ok} for c in ev.tool_calls[:TIMELINE_MARKS]]
+    faults = [{"t": round(h.ts - t0, 3), "fault": h.fault, "target": h.target} for h in ev.faults[:TIMELINE_MARKS]]
+    ends = [ev.duration_s] + [m["end"] for m in llm] + [m["t"] for m in tools + faults]
+    return {"span_s": round(max(ends), 3), "llm": llm, "tools": tools, "faults": faults,
+            "not_drawn": max(0, len(ev.llm_calls) - TIMELINE_MARKS) + max(0, len(ev.tool_calls) - TIMELINE_MARKS)
+            + max(0, len(ev.faults) - TIMELINE_MARKS)}
+
+
+def _fault_loaded(fault_id: str, ev: Evidence) -> bool:
+    return any(fault_id in injects for _component, injects in ev.loaded)
+
+
+def score(plan: Plan, records: list[RepetitionRecord],
+          judge: Callable[[Any, str], JudgeVerdict] = ask_judge) -> RunResult:
+    """Evaluate every probe on every repetition and reach the verdict. ``judge`` asks the judge model."""
+    baseline = [r for r in records if r.phase == "baseline"]
+    faulted = [r for r in records if r.phase == "faulted"]
+    costs = [repetition_cost(read_llm_calls(r), plan.prices)[0] for r in baseline if r.abort is None and not r.error]
+    baseline_cost = sum(costs) / len(costs) if costs else None
+
+    outcomes = [ProbeOutcome(i, p.id, probe_label(p), p.probe_type.kind, p.weight, plan.threshold(p),
+                             PhaseStats(), PhaseStats()) for i, p in enumerate(plan.probes)]
+    params = [p.params() for p in plan.probes]
+    repetitions: list[RepetitionResult] = []
+    unloaded: dict[int, list[int]] = {}  # fault index -> faulted repetitions where no component loaded it
+    fired: set[int] = set()
+    any_fault = False
+    malformed: dict[str, int] = {}
+    for record in [*baseline, *faulted]:
+        ev = build_evidence(record, baseline_cost=baseline_cost, prices=plan.prices)
+        for probe, p in zip(plan.probes, params):
+            if probe.id == "judge" and judge_key(p) not in ev.judgements:
+                ev.judgements[judge_key(p)] = judge(p, ev.stdout)
+        results: list[ProbeResult] = [probe.probe_type.evaluate(ev, p) for probe, p in zip(plan.probes, params)]
+        for outcome, result in zip(outcomes, results):
+            phase = outcome.baseline if record.phase == "baseline" else outcome.faulted
+            if result.evaluated:
+                phase.runs += 1
+                phase.passes += bool(result.passed)
+            else:
+                phase.not_evaluated += 1
+        if record.phase == "faulted":
+            any_fault = any_fault or bool(ev.faults)
+            for i, fault in enumerate(plan.faults):
+                if not _fault_loaded(fault.id, ev):
+                    unloaded.setdefault(i, []).append(record.index + 1)
+                if any(h.fault_index == i or (h.fault_index is None and h.fault == fault.id) for h in ev.faults):
+                    fired.add(i)
+        if ev.malformed:
+            malformed[f"{record.phase} {record.index + 1}"] = ev.malformed
+        repetitions.append(RepetitionResult(
+            index=record.index, phase=record.phase, run_id=record.run_id, canary=record.canary,
+            agent_exit=record.agent_exit, verify_exit=record.verify_exit, duration_s=record.duration_s,
+            cost_usd=round(repetition_cost(ev.llm_calls, plan.prices)[0], 6),
+            tokens=sum(c.input_tokens + c.output_tokens for c in ev.llm_calls),
+            llm_calls=len(ev.llm_calls), tool_calls=len(ev.tool_calls), faults_injected=len(ev.faults),
+            malformed=ev.malformed, abort=record.abort, error=record.error,
+            probes=[r.to_json() for r in results], timeline=_timeline(ev),
+        ))
+
+    for outcome in outcomes:
+        outcome.baseline.finish(plan.confidence)
+        outcome.faulted.finish(plan.confidence)
+        _decide_status(outcome, plan)
+
+    warnings = _warnings(plan, faulted, unloaded, fired, baseline_cost, malformed)
+    verdict, reasons = _verdict(plan, baseline, faulted, outcomes, any_fault)
+    reached = [o for o in outcomes if o.faulted.runs]
+    score_value = (round(sum(o.weight * o.faulted.rate for o in reached) / sum(o.weight for o in reached) * 100, 1)
+                   if reached else None)
+    outcome_name = None
+    if verdict in ("scored", "inconclusive") and reached:
+        outcome_name = "weakness_found" if any(o.status == "FAIL" for o in outcomes) else "hypothesis_held"
+    return RunResult(plan=plan_summary(plan), verdict=verdict, exit_code=EXIT_CODES[verdict], outcome=outcome_name,
+                     reasons=reasons, score=score_value, confidence=plan.confidence, probes=outcomes,
+                     repetitions=repetitions, warnings=warnings, malformed_lines=sum(malformed.values()))
+
+
+def _decide_status(outcome: ProbeOutcome, plan: Plan) -> None:
+    """ok / FAIL / undecided / n/a from the faulted phase, and pass^k."""
+    f = outcome.faulted
+    if not f.runs:
+        return
+    outcome.pass_all = f.passes == f.runs
+    k = 1
+    while k <= f.runs:
+        outcome.pass_hat_k[str(k)] = round(stats.pass_hat_k(f.passes, f.runs, k), 6)
+        k *= 2
+    t = outcome.threshold
+    if (plan.require_confidence and not stats.decided_exactly(t) and f.ci_low <= t <= f.ci_high):
+        outcome.status = "undecided"
+        outcome.settle_runs = stats.runs_to_settle(f.passes, f.runs, t, plan.confidence)
+    else:
+        outcome.status = "ok" if f.rate >= t else "FAIL"
+
+
+def _verdict(plan: Plan, baseline, faulted, outcomes: list[ProbeOutcome], any_fault: bool) -> tuple[str, list[str]]:
+    stopped = [r for r in [*baseline, *faulted] if r.abort is not None or r.error]
+    if stopped:
+        return "aborted", [f"{r.phase} repetition {r.index + 1} stopped: "
+                           + (f"abort {r.abort.get('condition')} (observed {r.abort.get('observed')})"
+                              if r.abort else str(r.error)) for r in stopped]
+    failed_verify = [r for r in baseline if r.verify_exit not in (None, 0)]
+    if failed_verify:
+        return "invalid", [f"baseline repetition {r.index + 1} failed verify (exit {r.verify_exit}): the task fails "
+                           "without faults, so the run says nothing about resilience" for r in failed_verify]
+    unsteady = [o for o in outcomes if o.baseline.runs and o.baseline.rate < o.threshold]
+    if unsteady:
+        return "inconclusive", [f"baseline: {o.label} passes {o.baseline.passes}/{o.baseline.runs} without faults, "
+                                f"below its threshold {o.threshold:.0%}: no steady state to test" for o in unsteady]
+    if faulted and not any_fault:
+        return "invalid", ["no fault fired in any faulted repetition: the probes measured the agent without a fault"]
+    undecided = [o for o in outcomes if o.status == "undecided"]
+    if undecided:
+        return "inconclusive", [
+            f"{o.label}: {stats.interval_text(o.faulted.passes, o.faulted.runs, plan.confidence)} still contains "
+            f"the threshold {o.threshold:.0%}; "
+            + (f"about {o.settle_runs} runs at this rate would settle it" if o.settle_runs
+               else "the rate sits on the threshold, so more runs will not settle it")
+            for o in undecided]
+    failing = [o for o in outcomes if o.status == "FAIL"]
+    return "scored", [f"{o.label} below its threshold: {o.faulted.passes}/{o.faulted.runs}, needs "
+                      f">= {o.threshold:.0%}" for o in failing]
+
+
+def _warnings(plan: Plan, faulted, unloaded: dict[int, list[int]], fired: set[int], baseline_cost: float | None,
+              malformed: dict[str, int]) -> list[str]:
+    warnings = []
+    for i, fault in enumerate(plan.faults):
+        reps = unloaded.get(i, [])
+        if reps:
+            who = " or ".join(FAULTS[fault.id].injected_by)
+            warnings.append(f"fault {i + 1} ({fault.id}): no {who} reported plan_loaded in faulted repetition(s) "
+                            f"{', '.join(map(str, reps))}; it could not have fired there")
+        if faulted and i not in fired:
+            warnings.append(f"fault {i + 1} ({fault.id}) never fired: its probes measured an agent that never met it")
+    if baseline_cost == 0 and any(p.id == "cost_multiplier_below" for p in plan.probes):
+        warnings.append("cost_multiplier_below was not evaluated: the baseline cost was 0 "
+                        "(no priced model call in the baseline)")
+    if malformed:
+        warnings.append(f"ignored {sum(malformed.values())} malformed event line(s) ("
+                        + ", ".join(f"{where}: {n}" for where, n in malformed.items()) + ")")
+    return warnings
