@@ -18,7 +18,8 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,11 +44,25 @@ def process_start_time(pid: int) -> str | None:
         return None
 
 
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM; a pending one is delivered on the way out.
+
+    Around cleanup, so it runs to the end, and around "create, then push its undo", so an
+    interrupt cannot fall between the two and leak the resource.
+    """
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 # ------------------------------------------------------------------ one function per kind
 
 
-def _undo_process(pid: int, start_time: str | None) -> None:
-    if process_start_time(pid) != start_time:
+def _undo_process(pid: int | None, start_time: str | None) -> None:
+    if pid is None or process_start_time(pid) != start_time:
         return
     for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         try:
@@ -146,6 +161,11 @@ class CleanupStack:
         self.entries.append(undo)
         self._write()
         return undo
+
+    def update(self, undo: Undo, **args: Any) -> None:
+        """Fill in what was only known after the push (a process's PID)."""
+        undo.args.update(args)
+        self._write()
 
     def release(self, undo: Undo) -> None:
         """Undo one entry now (the normal end of its life)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from podman.errors import APIError
 
-from mitmchaos.cleanup import CHAIN_PREFIX, RUN_LABEL, CleanupStack, chain_tag, rule_comment
+from mitmchaos.cleanup import CHAIN_PREFIX, RUN_LABEL, CleanupStack, chain_tag, rule_comment, signals_deferred
 
 # Podman hands out 10.89.0.0/24 upwards for its own networks; start far above that.
 SUBNET_POOL = [ipaddress.ip_network(f"10.89.{i}.0/24") for i in range(100, 250)]
@@ -48,14 +48,15 @@ def create_network(client, name: str, run_id: str, stack: CleanupStack) -> Sandb
         subnet = _free_subnet(client)
         gateway = str(next(subnet.hosts()))
         try:
-            created = client.networks.create(
-                name, driver="bridge", internal=True, dns_enabled=False,
-                subnets=[{"subnet": str(subnet), "gateway": gateway}], labels={RUN_LABEL: run_id})
+            with signals_deferred():
+                created = client.networks.create(
+                    name, driver="bridge", internal=True, dns_enabled=False,
+                    subnets=[{"subnet": str(subnet), "gateway": gateway}], labels={RUN_LABEL: run_id})
+                stack.push("network", name=name)
         except APIError as exc:
             if "subnet" in str(exc).lower():  # taken by someone else between our look and the create
                 continue
             raise NetworkError(f"podman network create {name}: {exc}") from exc
-        stack.push("network", name=name)
         net = SandboxNetwork(name, str(subnet), gateway, created.attrs["network_interface"])
         _create_bridge(net, stack)
         return net
@@ -83,8 +84,9 @@ def _free_subnet(client) -> ipaddress.IPv4Network:
 def _create_bridge(net: SandboxNetwork, stack: CleanupStack) -> None:
     if subprocess.run(["ip", "link", "show", net.bridge], capture_output=True).returncode == 0:
         raise NetworkError(f"bridge {net.bridge} already exists; run `mitmchaos cleanup`")
-    _ip("link", "add", net.bridge, "type", "bridge")
-    stack.push("bridge", name=net.bridge)
+    with signals_deferred():
+        _ip("link", "add", net.bridge, "type", "bridge")
+        stack.push("bridge", name=net.bridge)
     prefix = ipaddress.ip_network(net.subnet).prefixlen
     _ip("addr", "add", f"{net.gateway}/{prefix}", "dev", net.bridge)
     _ip("link", "set", net.bridge, "up")
@@ -95,8 +97,9 @@ def apply_firewall(net: SandboxNetwork, proxy_port: int, run_id: str, repetition
     """Let the bridge reach only the proxy and DNS on the gateway; reject everything else."""
     chain = chain_name(run_id, repetition_id)
     tag = ["-m", "comment", "--comment", rule_comment(run_id)]
-    _iptables("ipv4", "-N", chain)
-    stack.push("chain", family="ipv4", name=chain)
+    with signals_deferred():
+        _iptables("ipv4", "-N", chain)
+        stack.push("chain", family="ipv4", name=chain)
     for proto, port in (("tcp", proxy_port), ("udp", DNS_PORT), ("tcp", DNS_PORT)):
         _iptables("ipv4", "-A", chain, "-d", net.gateway, "-p", proto, "--dport", str(port), "-j", "ACCEPT")
     _iptables("ipv4", "-A", chain, "-j", "REJECT")
@@ -107,8 +110,9 @@ def apply_firewall(net: SandboxNetwork, proxy_port: int, run_id: str, repetition
         ("ipv6", ["INPUT", "-i", net.bridge, *tag, "-j", "DROP"]),
         ("ipv6", ["FORWARD", "-i", net.bridge, *tag, "-j", "DROP"]),
     ):
-        _iptables(family, "-I", rule[0], "1", *rule[1:])
-        stack.push("rule", family=family, table_args=rule)
+        with signals_deferred():
+            _iptables(family, "-I", rule[0], "1", *rule[1:])
+            stack.push("rule", family=family, table_args=rule)
 
 
 def _ip(*args: str) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from podman import PodmanClient
 from podman.errors import APIError, NotFound
 
-from mitmchaos.cleanup import RUN_LABEL, CleanupStack, process_start_time
+from mitmchaos.cleanup import RUN_LABEL, CleanupStack, process_start_time, signals_deferred
 
 SYSTEM_SOCKET = "unix:///run/podman/podman.sock"
 SANDBOX_UID = 1000
@@ -46,15 +46,18 @@ def connect(stack: CleanupStack, timeout: float = 30.0) -> PodmanClient:
     client = _client_if_healthy(SYSTEM_SOCKET)
     if client is not None:
         return client
-    sockdir = Path(tempfile.mkdtemp(prefix="mitmchaos-podman-"))
-    stack.push("path", path=str(sockdir))
+    with signals_deferred():
+        sockdir = Path(tempfile.mkdtemp(prefix="mitmchaos-podman-"))
+        stack.push("path", path=str(sockdir))
     url = f"unix://{sockdir}/podman.sock"
-    try:
-        service = subprocess.Popen(["podman", "system", "service", "--time=0", url], stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    except FileNotFoundError:
-        raise SandboxError("podman is not installed; run `make host` (sandbox/host-setup.sh)") from None
-    stack.push("process", live=lambda: _stop(service), pid=service.pid, start_time=process_start_time(service.pid))
+    with signals_deferred():
+        try:
+            service = subprocess.Popen(["podman", "system", "service", "--time=0", url], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        except FileNotFoundError:
+            raise SandboxError("podman is not installed; run `make host` (sandbox/host-setup.sh)") from None
+        stack.push("process", live=lambda: _stop(service), pid=service.pid,
+                   start_time=process_start_time(service.pid))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if service.poll() is not None:
@@ -116,15 +119,16 @@ def run_container(client: PodmanClient, spec: ContainerSpec, stack: CleanupStack
     ``should_stop`` is asked about once a second while it runs; a reason stops it.
     """
     net_args = {"network_mode": "none"} if spec.network == "none" else {"networks": {spec.network: {}}}
-    try:
-        container = client.containers.create(
-            spec.image, spec.command, name=spec.name, user=f"{SANDBOX_UID}:{SANDBOX_UID}",
-            environment=spec.env, mounts=spec.mounts, dns=spec.dns, cap_drop=["ALL"],
-            security_opt=["no-new-privileges"], sysctls={"net.ipv6.conf.all.disable_ipv6": "1"},
-            labels=spec.labels, working_dir=spec.workdir, **net_args)
-    except APIError as exc:
-        raise SandboxError(f"cannot create the sandbox container: {exc}") from exc
-    undo = stack.push("container", live=lambda: _remove(container), name=container.id) if stack else None
+    with signals_deferred():
+        try:
+            container = client.containers.create(
+                spec.image, spec.command, name=spec.name, user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+                environment=spec.env, mounts=spec.mounts, dns=spec.dns, cap_drop=["ALL"],
+                security_opt=["no-new-privileges"], sysctls={"net.ipv6.conf.all.disable_ipv6": "1"},
+                labels=spec.labels, working_dir=spec.workdir, **net_args)
+        except APIError as exc:
+            raise SandboxError(f"cannot create the sandbox container: {exc}") from exc
+        undo = stack.push("container", live=lambda: _remove(container), name=container.id) if stack else None
     try:
         try:
             container.start()

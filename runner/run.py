@@ -29,7 +29,7 @@ from mitmproxy.certs import CertStore
 from podman.errors import APIError
 
 from mitmchaos import images
-from mitmchaos.cleanup import CleanupStack, process_start_time
+from mitmchaos.cleanup import CleanupStack, process_start_time, signals_deferred
 from mitmchaos.decisions import new_canary
 from mitmchaos.events import EventWriter, read_events
 from mitmchaos.log import get_logger
@@ -78,6 +78,7 @@ class RunSettings:
 
 @dataclass
 class RunOutcome:
+    plan_path: Path
     plan: Plan
     run_id: str
     report_path: Path
@@ -102,16 +103,6 @@ def interrupts_raise() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-
-@contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM while cleaning up; a pending one is delivered afterwards."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 # ------------------------------------------------------------------ progress
@@ -173,7 +164,7 @@ def execute(settings: RunSettings) -> RunOutcome:
     plan, root = preflight(settings)
     run_id = new_run_id()
     report = settings.out or default_report_path(plan, run_id)
-    outcome = RunOutcome(plan, run_id, report, report.parent / report.stem, [], [])
+    outcome = RunOutcome(settings.plan_path, plan, run_id, report, report.parent / report.stem, [], [])
     with interrupts_raise():
         stack = CleanupStack(run_id)
         try:
@@ -193,8 +184,9 @@ def _execute(settings: RunSettings, plan: Plan, root: Path, outcome: RunOutcome,
     image = settings.sandbox_image or plan.sandbox_image or images.default_image()
     try:
         images.ensure_image(image)
-        scratch = Path(tempfile.mkdtemp(prefix=f"mitmchaos-{outcome.run_id}-"))
-        stack.push("path", path=str(scratch))
+        with signals_deferred():
+            scratch = Path(tempfile.mkdtemp(prefix=f"mitmchaos-{outcome.run_id}-"))
+            stack.push("path", path=str(scratch))
         ca_dir = _make_ca(scratch / "ca")
         bundle = _ca_bundle(client, image, ca_dir, scratch / "ca-bundle.pem")
     except (images.ImageError, SandboxError) as exc:
@@ -256,8 +248,9 @@ class Repetition:
         self.record = RepetitionRecord(index, phase, run_id, new_canary(), artifacts_root / f"{phase}-{index + 1}")
         self.number = number
         self.stack = CleanupStack(run_id)
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"mitmchaos-{run_id}-"))
-        self.stack.push("path", path=str(self.scratch))
+        with signals_deferred():
+            self.scratch = Path(tempfile.mkdtemp(prefix=f"mitmchaos-{run_id}-"))
+            self.stack.push("path", path=str(self.scratch))
         self.events_path = self.scratch / "proxy" / "events.jsonl"
         self.proxy: ChaosProxy | None = None
         self.resolver: subprocess.Popen | None = None
@@ -345,23 +338,21 @@ class Repetition:
                                     "save_stream_file": str(self.scratch / "flows.mitm")})
         shutil.copytree(self.s.ca_dir, proxy.confdir)
         self.proxy = proxy
+        # pushed first: an interrupt while it starts up must still stop it
+        self.undo_proxy = self.stack.push("process", live=proxy.stop, pid=None, start_time=None)
         proxy.start()  # raises ProxyError with the log when it exits or never answers
-        self.undo_proxy = self.stack.push("process", live=proxy.stop, pid=proxy.process.pid,
-                                          start_time=process_start_time(proxy.process.pid))
+        self.stack.update(self.undo_proxy, pid=proxy.process.pid, start_time=process_start_time(proxy.process.pid))
 
     def _start_resolver(self, net: SandboxNetwork, plan_file: Path) -> None:
         cmd = [str(Path(sys.executable).with_name("mitmchaos")), "resolver", "--plan", str(plan_file),
                "--events", str(self.events_path), "--listen", f"{net.gateway}:{DNS_PORT}",
                "--run-id", self.record.run_id, "--canary", self.record.canary, "--repetition", str(self.index)]
-        log_file = open(self.scratch / "resolver.log", "ab")
-        try:
+        with open(self.scratch / "resolver.log", "ab") as log_file, signals_deferred():
             process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                        start_new_session=True)
-        finally:
-            log_file.close()
-        self.resolver = process
-        self.undo_resolver = self.stack.push("process", live=lambda: _terminate(process), pid=process.pid,
-                                             start_time=process_start_time(process.pid))
+            self.resolver = process
+            self.undo_resolver = self.stack.push("process", live=lambda: _terminate(process), pid=process.pid,
+                                                 start_time=process_start_time(process.pid))
         deadline = time.monotonic() + RESOLVER_START_S
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -525,8 +516,10 @@ def runner_warnings(outcome: RunOutcome) -> list[str]:
 
 def score_and_report(outcome: RunOutcome):
     from mitmchaos.report import write_reports
+    from mitmchaos.rundir import save_run
     from mitmchaos.scoring import score
 
+    save_run(outcome.artifacts, outcome.plan_path, outcome.plan_path.read_text(), outcome.records)
     result = score(outcome.plan, outcome.records)
     result.warnings.extend(runner_warnings(outcome))
     write_reports(result, outcome.report_path)

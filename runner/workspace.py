@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from mitmchaos.cleanup import CleanupStack
+from mitmchaos.cleanup import CleanupStack, signals_deferred
 from mitmchaos.podman_driver import SANDBOX_UID
 
 SANDBOX_ROOT = "/work"
@@ -52,9 +52,10 @@ def require_clean_tree(root: Path) -> None:
 
 def create_worktree(root: Path, dest: Path, stack: CleanupStack | None) -> Path:
     """A detached worktree of HEAD; without a stack it outlives the run (--keep)."""
-    _git(root, "worktree", "add", "--detach", str(dest), "HEAD")
-    if stack is not None:
-        stack.push("worktree", repo=str(root), path=str(dest))
+    with signals_deferred():
+        _git(root, "worktree", "add", "--detach", str(dest), "HEAD")
+        if stack is not None:
+            stack.push("worktree", repo=str(root), path=str(dest))
     return dest
 
 
