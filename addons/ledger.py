@@ -20,13 +20,7 @@ from collections.abc import Callable
 from mitmproxy import http
 
 from mitmchaos.addons.providers import ToolCall, ToolResult
-
-
-def tool_key(name: str | None) -> str | None:
-    """The tool's own name: ``mcp__server__tool`` -> ``tool``."""
-    if name and name.startswith("mcp__") and name.count("__") >= 2:
-        return name.split("__", 2)[2]
-    return name
+from mitmchaos.tools import safe_input, tool_key
 
 
 class ToolLedger:
@@ -39,7 +33,7 @@ class ToolLedger:
 
     def call(self, flow: http.HTTPFlow, call: ToolCall) -> None:
         self.names[call.id] = call.name
-        self._emit("tool_call", tool=call.name, tool_key=tool_key(call.name), call_id=call.id, input=call.input,
+        self._emit("tool_call", tool=call.name, tool_key=tool_key(call.name), call_id=call.id, input=safe_input(call.input),
                    source="model")
         for subscriber in self.on_tool_call:
             subscriber(flow, call)

@@ -67,7 +67,7 @@ class LatencyOptions(FaultOptions):
     delay_s: float = Field(1.0, ge=0, le=600, description="the delay (the mean, for a distribution)")
     jitter_s: float = Field(0.0, ge=0, le=600, description="spread of the distribution")
     distribution: Distribution = Field("fixed", description="how each delay is drawn (seeded)")
-    per_chunk: bool = Field(False, description="delay every streamed chunk instead of the response start")
+    per_chunk: bool = Field(False, description="delay every read of a streamed answer (stalls mid-stream) instead of its start")
 
 
 class TimeoutOptions(FaultOptions):
@@ -249,7 +249,9 @@ class ChunkDelay:
 
     The stream callable runs synchronously on the event loop, so sleeping there would stall
     every connection; instead the server connection's reader is wrapped (private mitmproxy
-    internals) so that each read awaits its delay. A read carries whatever arrived meanwhile.
+    internals) so that each read awaits its delay. The agent sees the stream stall for each
+    delay, then a burst of whatever the upstream sent meanwhile: with a fast upstream, one
+    read may carry many events (per network read, not per SSE event).
     """
 
     def __init__(self, state: ChaosState, injection: Injection, call: Call, flow: http.HTTPFlow) -> None:
