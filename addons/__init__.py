@@ -21,6 +21,7 @@ _EXPORTS = {
     "StandIns": "mitmchaos.addons.standins",
     "ModelAPI": "mitmchaos.addons.model_api",
     "ToolLedger": "mitmchaos.addons.ledger",
+    "McpTraffic": "mitmchaos.addons.mcp",
     "Redact": "mitmchaos.addons.redact",
 }
 
@@ -29,6 +30,7 @@ def build_addons() -> list:
     from mitmchaos.addons.core import ChaosCore
     from mitmchaos.addons.egress import EgressFaults
     from mitmchaos.addons.ledger import ToolLedger
+    from mitmchaos.addons.mcp import McpTraffic
     from mitmchaos.addons.model_api import ModelAPI
     from mitmchaos.addons.policy import EgressPolicy
     from mitmchaos.addons.redact import Redact
@@ -40,6 +42,7 @@ def build_addons() -> list:
         EgressPolicy(core),  # first: faults never touch a flow it blocked
         EgressFaults(core),
         ModelAPI(core, ledger),
+        McpTraffic(core),
         # StandIns stays last (before any redaction addon): every fault applies before it routes a flow.
         StandIns(core),
         Redact(),  # last: every addon sees the real headers; saved flows hold none

@@ -21,3 +21,11 @@ class InjectToolResultOptions(FaultOptions):
 
 register(FaultType("inject.tool_result", InjectToolResultOptions, ("mcp", "proxy"), "mutating",
                    "the tool result carries an injected payload"))
+
+
+def inject_text(text: str, opts: InjectToolResultOptions, canary: str) -> str:
+    """The tool result's text with the payload (its {canary} filled in) added where the options say."""
+    payload = opts.payload.replace("{canary}", canary)
+    if opts.position == "replace":
+        return payload
+    return f"{payload}\n\n{text}" if opts.position == "prepend" else f"{text}\n\n{payload}"

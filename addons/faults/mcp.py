@@ -29,3 +29,17 @@ class ToolsetChangeOptions(FaultOptions):
 
 register(FaultType("mcp.toolset_change", ToolsetChangeOptions, ("mcp",), "mutating",
                    "tools disappear or are redefined mid-session"))
+
+
+def change_toolset(tools: list[dict[str, Any]], opts: ToolsetChangeOptions) -> list[dict[str, Any]]:
+    """A tools/list result's tools after the change: removed tools gone, redefined ones rewritten."""
+    changed = []
+    for tool in tools:
+        name = tool.get("name")
+        if name in opts.remove:
+            continue
+        redefinition = opts.redefine.get(name)
+        if redefinition is not None:
+            tool = {**tool, **redefinition.model_dump(by_alias=True, exclude_none=True)}
+        changed.append(tool)
+    return changed
