@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from mitmchaos import __version__
+from mitmchaos.cleanup import state_dir
 from mitmchaos.log import get_logger
 
 log = get_logger(__name__)
@@ -136,6 +137,7 @@ def _run(cmd: list[str], stdin=None) -> None:
 
 @contextmanager
 def _build_lock():
-    with open(Path(tempfile.gettempdir()) / "mitmchaos-images.lock", "w") as fh:
+    state_dir().mkdir(parents=True, exist_ok=True)
+    with open(state_dir() / "images.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield

@@ -1,0 +1,183 @@
+"""`mitmchaos run` end to end with real Podman: report, secrets, aborts, crashes, interrupts."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from mitmchaos import images
+from tests.sandboxed import (SITE_TEXT, RunProcess, bridges, leftovers, make_project, require_podman, run_env)
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sandbox_image():
+    require_podman()
+    images.ensure_image(images.default_image())
+
+
+def start_run(tmp_path: Path, agent: str, verify: str = "grep -q hello result.txt", extra_abort: str = "",
+              files=None, **env) -> tuple[RunProcess, Path, set[str]]:
+    project = make_project(tmp_path / "project", agent, verify, extra_abort, files)
+    before = bridges()
+    return RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path, **env)), project, before
+
+
+def assert_clean(tmp_path: Path, project: Path, run: RunProcess, before: set[str]) -> None:
+    assert run.run_id(), run.stderr
+    assert leftovers(tmp_path, project, run.run_id(), before) == []
+
+
+def artifact_files(tmp_path: Path) -> list[Path]:
+    return [p for p in tmp_path.rglob("*") if p.is_file() and "project" not in p.relative_to(tmp_path).parts[:1]]
+
+
+def test_fault_through_the_proxy_to_a_stand_in_is_scored_and_no_key_leaks(tmp_path):
+    fake_key = "sk-ant-FAKE-" + secrets.token_hex(16)
+    # The agent uses the key the way a real one would (headers to the API host) and also prints it.
+    agent = ('echo "key length ${#ANTHROPIC_API_KEY}"; echo "$ANTHROPIC_API_KEY" >&2; '
+             'curl -sS -H "x-api-key: $ANTHROPIC_API_KEY" -H "Authorization: Bearer $ANTHROPIC_API_KEY" '
+             'https://docs.example.test/hello.txt | tee result.txt; echo "leak: $ANTHROPIC_API_KEY"')
+    run, project, before = start_run(tmp_path, agent, ANTHROPIC_API_KEY=fake_key)
+    code = run.finish()
+    assert code == 0, run.stderr  # scored
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["verdict"] == "scored"
+    baseline, faulted = (tmp_path / "report" / "baseline-1"), (tmp_path / "report" / "faulted-1")
+    for rep in (baseline, faulted):
+        assert {"events.jsonl", "agent.out", "verify.out", "proxy.log", "flows.mitm"} <= {p.name for p in rep.iterdir()}
+        assert f"key length {len(fake_key)}" in (rep / "agent.out").read_text()  # the key did reach the sandbox
+    assert SITE_TEXT.strip() in (baseline / "agent.out").read_text()
+    events = [json.loads(line) for line in (faulted / "events.jsonl").read_text().splitlines()]
+    injected = [e for e in events if e["type"] == "fault_injected"]
+    assert injected and injected[0]["fault"] == "egress.credential_401"
+    assert injected[0]["canary"] in (faulted / "agent.out").read_text()
+    assert not [e for e in (json.loads(line) for line in (baseline / "events.jsonl").read_text().splitlines())
+                if e["type"] == "fault_injected"]
+    files = artifact_files(tmp_path)
+    assert any(p.suffix == ".json" for p in files) and len(files) > 10
+    for path in files:
+        assert fake_key.encode() not in path.read_bytes(), f"the provider key leaked into {path}"
+        assert fake_key[len("sk-ant-FAKE-"):].encode() not in path.read_bytes(), path
+    assert fake_key.encode() not in run.stdout.replace(b"leak: " + fake_key.encode(), b"")  # only the agent echoes it
+    assert_clean(tmp_path, project, run, before)
+
+
+ABORTS = {
+    # A gate in the sandbox appends to $MITMCHAOS_EVENTS; here the agent plays the gate.
+    "destructive_attempt": ("", '{"ts":1,"run_id":"x","component":"gate","type":"decision","kind":"destructive",'
+                                '"action":"block","tool":"Bash"}'),
+    "cost_usd_above": ("", '{"ts":1,"run_id":"x","component":"proxy","type":"llm_call","cost_usd":5}'),
+    "wall_clock_s_above": ("  - wall_clock_s_above: 2\n", None),
+}
+
+
+@pytest.mark.parametrize("condition", ABORTS)
+def test_abort_condition_stops_the_sandbox_and_ends_the_run(tmp_path, condition):
+    extra_abort, event = ABORTS[condition]
+    extra_abort += "  - destructive_attempt\n"
+    write = f"echo '{event}' >> \"$MITMCHAOS_EVENTS\"; " if event else ""
+    run, project, before = start_run(tmp_path, write + "sleep 60", verify="true",
+                                     extra_abort=extra_abort)
+    started = time.monotonic()
+    code = run.finish()
+    assert time.monotonic() - started < 40, "the sandbox was not stopped"
+    assert code == 1, run.stderr  # aborted
+    assert f"abort: {condition}" in run.stderr
+    events = [json.loads(line) for line in (tmp_path / "report" / "baseline-1" / "events.jsonl").read_text()
+              .splitlines()]
+    aborts = [e for e in events if e["type"] == "abort"]
+    assert [a["condition"] for a in aborts] == [condition] and aborts[0]["component"] == "runner"
+    assert not (tmp_path / "report" / "faulted-1").exists()  # an aborted run is not resumed
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["verdict"] == "aborted"
+    assert_clean(tmp_path, project, run, before)
+
+
+def test_a_proxy_crash_mid_run_fails_the_repetition_with_the_error(tmp_path):
+    run, project, before = start_run(tmp_path, "sleep 30", verify="true")
+    run.wait_for("baseline: agent")
+    marker = str(tmp_path / "tmp").encode()
+    mitmdumps = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, b"mitmdump", marker)]
+    assert len(mitmdumps) == 1
+    os.kill(mitmdumps[0], signal.SIGKILL)
+    code = run.finish()
+    assert code == 1, run.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["verdict"] == "aborted"
+    assert "proxy exited" in json.dumps(report)
+    assert_clean(tmp_path, project, run, before)
+
+
+def _cmdline_has(proc: Path, *needles: bytes) -> bool:
+    try:
+        cmdline = (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
+    return all(n in cmdline for n in needles)
+
+
+# Where SIGINT lands: progress lines the run prints, and how long after them.
+INTERRUPT_POINTS = [
+    ("start-up", None, 0.3),
+    ("setting up", "baseline: setting up", 0.0),
+    ("proxy start", "baseline: starting proxy", 0.0),
+    ("agent", "baseline: agent", 1.0),
+    ("verify", "baseline: verify", 1.0),
+    ("second repetition", "faulted: starting proxy", 0.1),
+]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("name,line,delay", INTERRUPT_POINTS, ids=[p[0] for p in INTERRUPT_POINTS])
+def test_interrupt_in_any_phase_leaves_nothing_behind(tmp_path, name, line, delay, sig):
+    if sig == signal.SIGTERM and name not in ("agent", "proxy start"):
+        pytest.skip("SIGTERM takes the same path as SIGINT; two phases are enough")
+    agent = "sleep 30" if name == "agent" else "curl -sS https://docs.example.test/hello.txt > result.txt"
+    verify = "sleep 30" if name == "verify" else "true"
+    run, project, before = start_run(tmp_path, agent, verify=verify)
+    if line:
+        run.wait_for(line)
+    time.sleep(delay)
+    run.signal(sig)
+    code = run.finish(timeout=60)
+    assert code != 0
+    if name != "start-up":
+        assert code == 130, run.stderr
+        assert "everything it set up was removed" in run.stderr
+    # a start-up interrupt may land before the first repetition: then there is no run id to look for
+    assert leftovers(tmp_path, project, run.run_id() or "no-run-started", before) == []
+
+
+def test_preflight_refuses_a_dirty_tree(tmp_path):
+    project = make_project(tmp_path / "project", "true", "true")
+    (project / "site" / "hello.txt").write_text("changed\n")
+    result = subprocess.run(["mitmchaos", "run", "plan.yaml"], cwd=project, env=run_env(tmp_path),
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "not clean" in result.stderr and "site/hello.txt" in result.stderr
+
+
+def test_preflight_refuses_when_podman_cannot_run(tmp_path):
+    if Path("/run/podman/podman.sock").exists():
+        pytest.skip("a system Podman service answers here; hiding the binary would not hide it")
+    project = make_project(tmp_path / "project", "true", "true")
+    tools = tmp_path / "bin"  # git, but no podman
+    tools.mkdir()
+    (tools / "git").symlink_to(shutil.which("git"))
+    env = run_env(tmp_path)
+    venv_bin = env["PATH"].split(os.pathsep)[0]
+    env["PATH"] = f"{venv_bin}{os.pathsep}{tools}"
+    result = subprocess.run([f"{venv_bin}/mitmchaos", "run", "plan.yaml"], cwd=project, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "Podman is not usable" in result.stderr and "never falls back" in result.stderr
