@@ -168,5 +168,45 @@ def resolver(plan_path, events_path, listen, upstream, answer, run_id, canary, r
         sys.exit(2)
 
 
+@main.command("plan")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(dir_okay=False, path_type=Path))
+def plan_cmd(plan_path: Path) -> None:
+    """Before spending money: what the plan's repetitions can show for each threshold."""
+    from mitmchaos.plan import PlanError, load_plan
+    from mitmchaos.preflight import preview
+
+    try:
+        plan = load_plan(plan_path)
+    except PlanError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    lines, warnings = preview(plan)
+    click.echo("\n".join(lines + [f"warning    : {w}" for w in warnings]))
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Report path (default: RUN_DIR.json beside the directory, where `run` wrote it).")
+def report(run_dir: Path, out: Path | None) -> None:
+    """Rebuild every report of a run from its saved artifacts, offline; exits with the verdict's code."""
+    from mitmchaos.plan import PlanError
+    from mitmchaos.report import write_reports
+    from mitmchaos.report.text import render_summary
+    from mitmchaos.rundir import RunDirError, load_run
+    from mitmchaos.scoring import score
+
+    try:
+        saved = load_run(run_dir)
+    except (RunDirError, PlanError) as exc:
+        click.echo(f"mitmchaos report: {exc}", err=True)
+        sys.exit(2)
+    result = score(saved.plan, saved.records)
+    paths = write_reports(result, out or run_dir.parent / f"{run_dir.resolve().name}.json")
+    click.echo(render_summary(result))
+    click.echo("reports    : " + ", ".join(str(p) for p in paths.values()))
+    sys.exit(result.exit_code)
+
+
 if __name__ == "__main__":
     main()

@@ -95,12 +95,13 @@ def pass_hat_k(passes: int, runs: int, k: int) -> float | None:
 
 
 def percent_floor(x: float) -> int:
-    """A rate shown as a whole percent, rounded down, so "100%" means every run passed."""
-    return math.floor(x * 100 + 1e-9)
+    """A whole percent rounded down; 0% and 100% only when exact ("100%" means every run passed)."""
+    return max(1, math.floor(x * 100 + 1e-9)) if x > 0 else 0
 
 
 def percent_ceil(x: float) -> int:
-    return math.ceil(x * 100 - 1e-9)
+    """A whole percent rounded up; 0% and 100% only when exact."""
+    return min(99, math.ceil(x * 100 - 1e-9)) if x < 1 else 100
 
 
 def interval_text(passes: int, runs: int, confidence: float) -> str:

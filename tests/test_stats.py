@@ -61,3 +61,9 @@ def test_pass_hat_k():
     assert stats.pass_hat_k(9, 10, 1) == pytest.approx(0.9)
     assert stats.pass_hat_k(8, 10, 2) == pytest.approx(28 / 45)
     assert stats.pass_hat_k(3, 3, 4) is None
+
+
+def test_shown_percentages_reach_0_and_100_only_when_exact():
+    assert stats.interval_text(19, 20, 0.95) == "19/20 (95%, 95% CI 76%-99%)"
+    assert stats.interval_text(0, 20, 0.95) == "0/20 (0%, 95% CI 0%-17%)"
+    assert stats.percent_floor(0.001) == 1 and stats.percent_floor(0.999) == 99 and stats.percent_floor(0.29) == 29
