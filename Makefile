@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 PY      := $(BIN)/python
 STAMP   := $(VENV)/.installed-stamp
 
-.PHONY: install host test lint docs clean
+.PHONY: install host browser test lint docs clean
 
 install: $(STAMP)
 
@@ -20,7 +20,13 @@ $(STAMP): pyproject.toml
 host:
 	sandbox/host-setup.sh
 
-test: install host
+# Headless Chromium, for the test that renders the HTML report (needs root once to install).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { test "$$(id -u)" = 0 && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "browser: cannot install chromium; the HTML screenshot test will skip" >&2
+
+test: install host browser
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
