@@ -136,7 +136,7 @@ class ResolverProcess:
             time.sleep(0.05)
 
     def query(self, name: str, qtype: str = "A", tcp: bool = False) -> DNSRecord:
-        return DNSRecord.parse(DNSRecord.question(name, qtype).send(*self.listen, tcp=tcp, timeout=3))
+        return DNSRecord.parse(DNSRecord.question(name, qtype).send(*self.listen, tcp=tcp, timeout=10))  # > the upstream timeout
 
     def stop(self) -> int:
         if self.process.poll() is None:
