@@ -5,7 +5,9 @@ Subscribing: append a callable to ``on_tool_call`` or ``on_tool_result``.
 
 - ``on_tool_call(flow, call)`` runs as soon as a call is complete in the model's reply
   (mid-stream for SSE, before the rest of the stream reaches the agent). ``call`` is a
-  ``providers.ToolCall`` (id, name, input). A destructive-command classifier plugs in here.
+  ``providers.ToolCall`` (id, name, input). A destructive-command classifier plugs in here;
+  it may stop the reply by setting ``flow.metadata[STOP_REPLY]`` to its reason: a stream is
+  then cut before the event that completed the call, and the agent never receives its end.
 - ``on_tool_result(flow, result)`` runs in the ``request`` hook of the next model call,
   before the request goes upstream, once per result (``providers.ToolResult``: id, ok,
   error, name), so a subscriber may still rewrite ``flow.request`` (tool-result faults).
@@ -23,6 +25,9 @@ from mitmchaos.addons.providers import ToolCall, ToolResult
 from mitmchaos.tools import safe_input, tool_key
 
 
+STOP_REPLY = "mitmchaos.stop_reply"
+
+
 class ToolLedger:
     def __init__(self, core) -> None:
         self.core = core
@@ -33,8 +38,14 @@ class ToolLedger:
 
     def call(self, flow: http.HTTPFlow, call: ToolCall) -> None:
         self.names[call.id] = call.name
-        self._emit("tool_call", tool=call.name, tool_key=tool_key(call.name), call_id=call.id, input=safe_input(call.input),
-                   source="model")
+        self._emit(
+            "tool_call",
+            tool=call.name,
+            tool_key=tool_key(call.name),
+            call_id=call.id,
+            input=safe_input(call.input),
+            source="model",
+        )
         for subscriber in self.on_tool_call:
             subscriber(flow, call)
 
@@ -44,8 +55,15 @@ class ToolLedger:
                 continue
             self.reported.add(result.id)
             name = self.names.get(result.id) or result.name
-            self._emit("tool_result", tool=name, tool_key=tool_key(name), call_id=result.id, ok=result.ok,
-                       error=result.error, source="model")
+            self._emit(
+                "tool_result",
+                tool=name,
+                tool_key=tool_key(name),
+                call_id=result.id,
+                ok=result.ok,
+                error=result.error,
+                source="model",
+            )
             for subscriber in self.on_tool_result:
                 subscriber(flow, result)
 

@@ -18,7 +18,7 @@ from mitmproxy import http
 
 from mitmchaos.addons import providers
 from mitmchaos.addons.faults import llm
-from mitmchaos.addons.ledger import ToolLedger
+from mitmchaos.addons.ledger import STOP_REPLY, ToolLedger
 from mitmchaos.prices import cost_usd
 
 
@@ -44,7 +44,9 @@ class ModelAPI:
     def __init__(self, core, ledger: ToolLedger) -> None:
         self.core = core
         self.ledger = ledger
-        self.calls: dict[str, Call] = {}  # flow id -> call; not in flow.metadata, which is saved with the flow
+        self.calls: dict[
+            str, Call
+        ] = {}  # flow id -> call; not in flow.metadata, which is saved with the flow
 
     async def request(self, flow: http.HTTPFlow) -> None:
         state = self.core.state
@@ -72,12 +74,14 @@ class ModelAPI:
         call = self.calls.get(flow.id)
         if call is None or "text/event-stream" not in flow.response.headers.get("content-type", ""):
             return
-        flow.response.stream = lambda data: self._pass(call, data)
+        flow.response.stream = lambda data: self._pass(call, flow, data)
         if call.chunk_delay is not None:
             call.chunk_delay.start()
 
     @staticmethod
-    def _pass(call: Call, data: bytes) -> bytes | list[bytes]:
+    def _pass(call: Call, flow: http.HTTPFlow, data: bytes) -> bytes | list[bytes]:
+        if flow.metadata.get(STOP_REPLY):  # stopped: nothing more reaches the agent
+            return []
         if not data:  # end of the body
             return data
         call.streamed = True
@@ -86,8 +90,14 @@ class ModelAPI:
         if call.cut is not None:
             out, passed = call.cut.filter(data, [end for _, end in events])
             events = events[:passed]  # what the agent never receives is not reported
-        for event, _ in events:
+        sent = 0  # where this chunk's last fully passed event ends
+        for event, end in events:
             call.reply.event(event)
+            if flow.metadata.get(STOP_REPLY):  # a tool-call subscriber stopped the reply at this event
+                call.error = f"reply stopped: {flow.metadata[STOP_REPLY]}"
+                llm.close_client(flow)
+                return [data[:sent]] if sent else []
+            sent = end
         return out
 
     def response(self, flow: http.HTTPFlow) -> None:

@@ -25,7 +25,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-PATHS = {"/v1/messages": "anthropic", "/v1/chat/completions": "openai-chat", "/v1/responses": "openai-responses"}
+PATHS = {
+    "/v1/messages": "anthropic",
+    "/v1/chat/completions": "openai-chat",
+    "/v1/responses": "openai-responses",
+}
 
 
 @dataclass
@@ -65,8 +69,9 @@ class Received:
 
 
 class ModelServer:
-    def __init__(self, brain: Brain = hello_brain, host: str = "127.0.0.1", port: int = 0,
-                 chunk_delay_s: float = 0.01) -> None:
+    def __init__(
+        self, brain: Brain = hello_brain, host: str = "127.0.0.1", port: int = 0, chunk_delay_s: float = 0.01
+    ) -> None:
         self.brain = brain
         self.chunk_delay_s = chunk_delay_s
         self.received: list[Received] = []
@@ -185,106 +190,203 @@ class Reply:
         self.turn, self.provider = turn, provider
         self.model = turn.model or body.get("model") or "unknown-model"
         self.input_tokens = turn.input_tokens if turn.input_tokens is not None else _estimate_tokens(body)
-        self.output_tokens = turn.output_tokens if turn.output_tokens is not None else max(
-            1, (len(turn.text) + sum(len(json.dumps(c.input)) for c in turn.tool_calls)) // 4)
+        self.output_tokens = (
+            turn.output_tokens
+            if turn.output_tokens is not None
+            else max(1, (len(turn.text) + sum(len(json.dumps(c.input)) for c in turn.tool_calls)) // 4)
+        )
         self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self.id = secrets.token_hex(12)
 
     def json(self) -> dict:
-        return {"anthropic": self._anthropic_json, "openai-chat": self._chat_json,
-                "openai-responses": self._responses_json}[self.provider]()
+        return {
+            "anthropic": self._anthropic_json,
+            "openai-chat": self._chat_json,
+            "openai-responses": self._responses_json,
+        }[self.provider]()
 
     def events(self) -> Iterator[bytes]:
-        return {"anthropic": self._anthropic_events, "openai-chat": self._chat_events,
-                "openai-responses": self._responses_events}[self.provider]()
+        return {
+            "anthropic": self._anthropic_events,
+            "openai-chat": self._chat_events,
+            "openai-responses": self._responses_events,
+        }[self.provider]()
 
     # ---------------------------------------------------------------- Anthropic Messages
 
     def _anthropic_usage(self, output_tokens: int) -> dict:
-        return {"input_tokens": self.input_tokens, "output_tokens": output_tokens,
-                "cache_read_input_tokens": self.turn.cache_read_tokens,
-                "cache_creation_input_tokens": self.turn.cache_write_tokens}
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": output_tokens,
+            "cache_read_input_tokens": self.turn.cache_read_tokens,
+            "cache_creation_input_tokens": self.turn.cache_write_tokens,
+        }
 
     def _anthropic_stop(self) -> str:
         return "tool_use" if self.turn.tool_calls else "end_turn"
 
     def _anthropic_json(self) -> dict:
         content: list[dict] = [{"type": "text", "text": self.turn.text}] if self.turn.text else []
-        content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in self.turn.tool_calls]
-        return {"id": f"msg_{self.id}", "type": "message", "role": "assistant", "model": self.model,
-                "content": content, "stop_reason": self._anthropic_stop(), "stop_sequence": None,
-                "usage": self._anthropic_usage(self.output_tokens)}
+        content += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in self.turn.tool_calls
+        ]
+        return {
+            "id": f"msg_{self.id}",
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": self._anthropic_stop(),
+            "stop_sequence": None,
+            "usage": self._anthropic_usage(self.output_tokens),
+        }
 
     def _anthropic_events(self) -> Iterator[bytes]:
-        message = {**self._anthropic_json(), "content": [], "stop_reason": None,
-                   "usage": self._anthropic_usage(1)}
+        message = {
+            **self._anthropic_json(),
+            "content": [],
+            "stop_reason": None,
+            "usage": self._anthropic_usage(1),
+        }
         yield _sse("message_start", {"type": "message_start", "message": message})
         index = 0
         if self.turn.text:
-            yield _sse("content_block_start", {"type": "content_block_start", "index": index,
-                                               "content_block": {"type": "text", "text": ""}})
+            yield _sse(
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            )
             yield _sse("ping", {"type": "ping"})
             for piece in _pieces(self.turn.text):
-                yield _sse("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                   "delta": {"type": "text_delta", "text": piece}})
+                yield _sse(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "text_delta", "text": piece},
+                    },
+                )
             yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
             index += 1
         for call in self.turn.tool_calls:
-            yield _sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
-                "type": "tool_use", "id": call.id, "name": call.name, "input": {}}})
+            yield _sse(
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "tool_use", "id": call.id, "name": call.name, "input": {}},
+                },
+            )
             arguments = json.dumps(call.input)
             for start in range(0, len(arguments), 16):
-                yield _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {
-                    "type": "input_json_delta", "partial_json": arguments[start:start + 16]}})
+                yield _sse(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": arguments[start : start + 16]},
+                    },
+                )
             yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
             index += 1
-        yield _sse("message_delta", {"type": "message_delta",
-                                     "delta": {"stop_reason": self._anthropic_stop(), "stop_sequence": None},
-                                     "usage": {"output_tokens": self.output_tokens}})
+        yield _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": self._anthropic_stop(), "stop_sequence": None},
+                "usage": {"output_tokens": self.output_tokens},
+            },
+        )
         yield _sse("message_stop", {"type": "message_stop"})
 
     # ---------------------------------------------------------------- OpenAI Chat Completions
 
     def _chat_usage(self) -> dict:
         cached = self.turn.cache_read_tokens
-        return {"prompt_tokens": self.input_tokens + cached, "completion_tokens": self.output_tokens,
-                "total_tokens": self.input_tokens + cached + self.output_tokens,
-                "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
-                "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
-                                              "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
+        return {
+            "prompt_tokens": self.input_tokens + cached,
+            "completion_tokens": self.output_tokens,
+            "total_tokens": self.input_tokens + cached + self.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
+        }
 
     def _chat_finish(self) -> str:
         return "tool_calls" if self.turn.tool_calls else "stop"
 
     def _chat_base(self, kind: str) -> dict:
-        return {"id": f"chatcmpl-{self.id}", "object": kind, "created": int(time.time()), "model": self.model,
-                "system_fingerprint": "fp_mitmchaos"}
+        return {
+            "id": f"chatcmpl-{self.id}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.model,
+            "system_fingerprint": "fp_mitmchaos",
+        }
 
     def _chat_json(self) -> dict:
         message: dict[str, Any] = {"role": "assistant", "content": self.turn.text or None, "refusal": None}
         if self.turn.tool_calls:
-            message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                "name": c.name, "arguments": json.dumps(c.input)}} for c in self.turn.tool_calls]
-        return {**self._chat_base("chat.completion"), "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": self._chat_finish()}],
-            "usage": self._chat_usage()}
+            message["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.input)},
+                }
+                for c in self.turn.tool_calls
+            ]
+        return {
+            **self._chat_base("chat.completion"),
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": self._chat_finish()}
+            ],
+            "usage": self._chat_usage(),
+        }
 
     def _chat_events(self) -> Iterator[bytes]:
         base = self._chat_base("chat.completion.chunk")
 
         def chunk(delta: dict, finish: str | None = None) -> bytes:
-            return _sse(None, {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                                    "finish_reason": finish}]})
+            return _sse(
+                None,
+                {
+                    **base,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                },
+            )
 
         yield chunk({"role": "assistant", "content": "", "refusal": None})
         for piece in _pieces(self.turn.text):
             yield chunk({"content": piece})
         for index, call in enumerate(self.turn.tool_calls):
-            yield chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                         "function": {"name": call.name, "arguments": ""}}]})
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
             arguments = json.dumps(call.input)
             for start in range(0, len(arguments), 16):
-                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[start:start + 16]}}]})
+                yield chunk(
+                    {
+                        "tool_calls": [
+                            {"index": index, "function": {"arguments": arguments[start : start + 16]}}
+                        ]
+                    }
+                )
         yield chunk({}, self._chat_finish())
         if self.include_usage:
             yield _sse(None, {**base, "choices": [], "usage": self._chat_usage()})
@@ -295,24 +397,53 @@ class Reply:
     def _responses_items(self) -> list[dict]:
         items = []
         if self.turn.text:
-            items.append({"id": f"msg_{self.id}", "type": "message", "status": "completed", "role": "assistant",
-                          "content": [{"type": "output_text", "text": self.turn.text, "annotations": []}]})
-        items += [{"id": f"fc_{c.id}", "type": "function_call", "status": "completed", "call_id": c.id,
-                   "name": c.name, "arguments": json.dumps(c.input)} for c in self.turn.tool_calls]
+            items.append(
+                {
+                    "id": f"msg_{self.id}",
+                    "type": "message",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": self.turn.text, "annotations": []}],
+                }
+            )
+        items += [
+            {
+                "id": f"fc_{c.id}",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": c.id,
+                "name": c.name,
+                "arguments": json.dumps(c.input),
+            }
+            for c in self.turn.tool_calls
+        ]
         return items
 
     def _responses_json(self, status: str = "completed") -> dict:
         done = status == "completed"
         cached = self.turn.cache_read_tokens
-        return {"id": f"resp_{self.id}", "object": "response", "created_at": int(time.time()), "status": status,
-                "error": None, "incomplete_details": None, "model": self.model,
-                "output": self._responses_items() if done else [], "parallel_tool_calls": True,
-                "tool_choice": "auto", "tools": [],
-                "usage": {"input_tokens": self.input_tokens + cached,
-                          "input_tokens_details": {"cached_tokens": cached},
-                          "output_tokens": self.output_tokens,
-                          "output_tokens_details": {"reasoning_tokens": 0},
-                          "total_tokens": self.input_tokens + cached + self.output_tokens} if done else None}
+        return {
+            "id": f"resp_{self.id}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": status,
+            "error": None,
+            "incomplete_details": None,
+            "model": self.model,
+            "output": self._responses_items() if done else [],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": self.input_tokens + cached,
+                "input_tokens_details": {"cached_tokens": cached},
+                "output_tokens": self.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": self.input_tokens + cached + self.output_tokens,
+            }
+            if done
+            else None,
+        }
 
     def _responses_events(self) -> Iterator[bytes]:
         sequence = iter(range(1_000_000))
@@ -325,25 +456,61 @@ class Reply:
         for index, item in enumerate(self._responses_items()):
             if item["type"] == "message":
                 text = item["content"][0]["text"]
-                yield event("response.output_item.added", output_index=index,
-                            item={**item, "status": "in_progress", "content": []})
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "content": []},
+                )
                 part = {"type": "output_text", "text": "", "annotations": []}
-                yield event("response.content_part.added", item_id=item["id"], output_index=index,
-                            content_index=0, part=part)
+                yield event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=part,
+                )
                 for piece in _pieces(text):
-                    yield event("response.output_text.delta", item_id=item["id"], output_index=index,
-                                content_index=0, delta=piece, logprobs=[])
-                yield event("response.output_text.done", item_id=item["id"], output_index=index,
-                            content_index=0, text=text, logprobs=[])
-                yield event("response.content_part.done", item_id=item["id"], output_index=index,
-                            content_index=0, part={**part, "text": text})
+                    yield event(
+                        "response.output_text.delta",
+                        item_id=item["id"],
+                        output_index=index,
+                        content_index=0,
+                        delta=piece,
+                        logprobs=[],
+                    )
+                yield event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+                yield event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part={**part, "text": text},
+                )
             else:
-                yield event("response.output_item.added", output_index=index,
-                            item={**item, "status": "in_progress", "arguments": ""})
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "arguments": ""},
+                )
                 for start in range(0, len(item["arguments"]), 16):
-                    yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                                delta=item["arguments"][start:start + 16])
-                yield event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                            arguments=item["arguments"])
+                    yield event(
+                        "response.function_call_arguments.delta",
+                        item_id=item["id"],
+                        output_index=index,
+                        delta=item["arguments"][start : start + 16],
+                    )
+                yield event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=item["arguments"],
+                )
             yield event("response.output_item.done", output_index=index, item=item)
         yield event("response.completed", response=self._responses_json())

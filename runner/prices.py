@@ -52,8 +52,10 @@ def price_for(model: str | None, overrides: Mapping[str, Price] | None = None) -
     return UNKNOWN_MODEL_PRICE
 
 
-def cost_usd(model: str | None, usage: Mapping[str, int | None], overrides: Mapping[str, Price] | None = None) -> float:
-    """Cost of one call. ``usage`` holds the llm_call usage fields; input_tokens excludes cache reads/writes."""
+def cost_usd(
+    model: str | None, usage: Mapping[str, int | None], overrides: Mapping[str, Price] | None = None
+) -> float:
+    """Cost of one call from llm_call usage fields (input_tokens excludes cache reads and writes)."""
     price = price_for(model, overrides)
     cache_read = price.cache_read if price.cache_read is not None else price.input / 10
     cache_write = price.cache_write if price.cache_write is not None else price.input * 1.25

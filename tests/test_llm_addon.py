@@ -22,8 +22,15 @@ OBSERVE_ONLY = {"id": "llm.rate_limit", "match": {"host": "never.test"}}  # a pl
 
 
 def plan(*faults, **extra) -> dict:
-    return {"name": "t", "agent": "true", "verify": "true", "faults": list(faults) or [OBSERVE_ONLY],
-            "probes": [{"id": "task_success"}], "abort": [{"cost_usd_above": 1}], **extra}
+    return {
+        "name": "t",
+        "agent": "true",
+        "verify": "true",
+        "faults": list(faults) or [OBSERVE_ONLY],
+        "probes": [{"id": "task_success"}],
+        "abort": [{"cost_usd_above": 1}],
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -40,7 +47,9 @@ def proxy_addons(tmp_path):
         context = taddons.context(core, api)
         tctx = context.__enter__()
         contexts.append(context)
-        tctx.configure(core, chaos_plan=str(path), chaos_events=str(tmp_path / "ev.jsonl"), chaos_canary=CANARY)
+        tctx.configure(
+            core, chaos_plan=str(path), chaos_events=str(tmp_path / "ev.jsonl"), chaos_canary=CANARY
+        )
         return core, api, tmp_path / "ev.jsonl"
 
     yield start
@@ -69,12 +78,17 @@ def answer(api: ModelAPI, flow, turn: Turn, provider: str = "anthropic") -> None
 
 def test_rate_limit_is_answered_in_the_providers_format_and_annotated(proxy_addons):
     _, api, ev = proxy_addons(plan({"id": "llm.rate_limit", "retry_after_s": 1.5}))
-    flow = model_flow({"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "hi"}]},
-                      **{"x-stainless-retry-count": "2"})
+    flow = model_flow(
+        {"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "hi"}]},
+        **{"x-stainless-retry-count": "2"},
+    )
     asyncio.run(api.request(flow))
     response = flow.response
     assert response.status_code == 429 and response.headers["retry-after"] == "2"
-    assert response.headers["retry-after-ms"] == "1500" and "anthropic-ratelimit-requests-reset" in response.headers
+    assert (
+        response.headers["retry-after-ms"] == "1500"
+        and "anthropic-ratelimit-requests-reset" in response.headers
+    )
     assert json.loads(response.content)["error"]["type"] == "rate_limit_error" and CANARY in response.text
     assert CANARY in flow.comment and "llm.rate_limit" in flow.comment and flow.marked
     (record,) = flow.metadata[METADATA_KEY]["faults"]
@@ -107,10 +121,21 @@ def test_stream_cut_waits_for_the_stream_but_a_non_stream_retry_gets_the_status(
 
 
 def test_trim_and_degrade_rewrite_what_goes_upstream(proxy_addons):
-    _, api, ev = proxy_addons(plan({"id": "llm.context_trim", "drop_oldest": 2, "drop_system": True},
-                                   {"id": "llm.model_degrade", "to_model": {"openai": "gpt-4o-mini"}}))
-    body = {"model": "gpt-4o", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
-                                            {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}
+    _, api, ev = proxy_addons(
+        plan(
+            {"id": "llm.context_trim", "drop_oldest": 2, "drop_system": True},
+            {"id": "llm.model_degrade", "to_model": {"openai": "gpt-4o-mini"}},
+        )
+    )
+    body = {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": "c"},
+        ],
+    }
     flow = model_flow(body, path="/v1/chat/completions")
     asyncio.run(api.request(flow))
     sent = json.loads(flow.request.get_text())
@@ -129,7 +154,9 @@ def test_degrade_without_a_mapping_for_the_provider_leaves_the_call_alone(proxy_
     _, api, ev = proxy_addons(plan({"id": "llm.model_degrade", "to_model": {"openai": "gpt-4o-mini"}}))
     flow = model_flow({"model": "claude-opus-4-8", "messages": []})
     asyncio.run(api.request(flow))
-    assert json.loads(flow.request.get_text())["model"] == "claude-opus-4-8" and not events(ev, "fault_injected")
+    assert json.loads(flow.request.get_text())["model"] == "claude-opus-4-8" and not events(
+        ev, "fault_injected"
+    )
 
 
 def test_latency_budget_refuses_delays_beyond_it(proxy_addons):
@@ -154,12 +181,16 @@ def test_seeded_latency_distribution_is_reproducible(proxy_addons):
 def test_answered_flows_are_counted_but_never_faulted(proxy_addons):
     _, api, ev = proxy_addons(plan({"id": "llm.rate_limit"}))
     flow = model_flow({"model": "claude-sonnet-4-6", "messages": []})
-    flow.response = tutils.tresp(status_code=401, content=b'{"type":"error","error":{"type":"authentication_error"}}')
+    flow.response = tutils.tresp(
+        status_code=401, content=b'{"type":"error","error":{"type":"authentication_error"}}'
+    )
     asyncio.run(api.request(flow))
     api.response(flow)
     assert not events(ev, "fault_injected")
     (call,) = events(ev, "llm_call")
-    assert call["status"] == 401 and call["faulted"] is None and call["error"].startswith("authentication_error")
+    assert (
+        call["status"] == 401 and call["faulted"] is None and call["error"].startswith("authentication_error")
+    )
 
 
 def test_ledger_reports_calls_once_and_names_results(proxy_addons):
@@ -169,11 +200,20 @@ def test_ledger_reports_calls_once_and_names_results(proxy_addons):
     api.ledger.on_tool_result.append(lambda flow, result: seen.append(("result", result.id, result.ok)))
     first = model_flow({"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "go"}]})
     asyncio.run(api.request(first))
-    answer(api, first, Turn(tool_calls=[ToolUse("mcp__fs__write", {"path": "x", "api_key": "sk-1"}, id="t1")]))
-    history = [{"role": "user", "content": "go"},
-               {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "mcp__fs__write", "input": {}}]},
-               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True,
-                                             "content": "denied"}]}]
+    answer(
+        api, first, Turn(tool_calls=[ToolUse("mcp__fs__write", {"path": "x", "api_key": "sk-1"}, id="t1")])
+    )
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "mcp__fs__write", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True, "content": "denied"}],
+        },
+    ]
     for extra in ([], [{"role": "assistant", "content": "retrying"}, {"role": "user", "content": "ok"}]):
         flow = model_flow({"model": "claude-sonnet-4-6", "messages": history + extra})
         asyncio.run(api.request(flow))

@@ -21,8 +21,15 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 def plan(*faults, **extra) -> dict:
-    return {"name": "t", "agent": "true", "verify": "true", "faults": list(faults),
-            "probes": [{"id": "task_success"}], "abort": [{"cost_usd_above": 1}], **extra}
+    return {
+        "name": "t",
+        "agent": "true",
+        "verify": "true",
+        "faults": list(faults),
+        "probes": [{"id": "task_success"}],
+        "abort": [{"cost_usd_above": 1}],
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -36,13 +43,23 @@ def trust(proxy) -> ssl.SSLContext:
 
 
 def claude(proxy, base_url, **kw):
-    return anthropic.Anthropic(base_url=base_url, api_key="sk-ant-SECRET", max_retries=kw.pop("max_retries", 0),
-                               http_client=anthropic.DefaultHttpxClient(proxy=proxy.url, verify=trust(proxy)), **kw)
+    return anthropic.Anthropic(
+        base_url=base_url,
+        api_key="sk-ant-SECRET",
+        max_retries=kw.pop("max_retries", 0),
+        http_client=anthropic.DefaultHttpxClient(proxy=proxy.url, verify=trust(proxy)),
+        **kw,
+    )
 
 
 def gpt(proxy, base_url, **kw):
-    return openai.OpenAI(base_url=base_url, api_key="sk-SECRET", max_retries=kw.pop("max_retries", 0),
-                         http_client=openai.DefaultHttpxClient(proxy=proxy.url, verify=trust(proxy)), **kw)
+    return openai.OpenAI(
+        base_url=base_url,
+        api_key="sk-SECRET",
+        max_retries=kw.pop("max_retries", 0),
+        http_client=openai.DefaultHttpxClient(proxy=proxy.url, verify=trust(proxy)),
+        **kw,
+    )
 
 
 def nowhere() -> str:
@@ -71,10 +88,13 @@ def test_rate_limit_over_https_honours_retry_after_and_carries_the_canary(chaos_
     assert all(c["status"] == 429 and c["faulted"] == "llm.rate_limit" for c in calls)
 
 
-@pytest.mark.parametrize("status,anthropic_error,openai_error", [
-    (529, anthropic.OverloadedError, openai.InternalServerError),
-    (500, anthropic.InternalServerError, openai.InternalServerError),
-])
+@pytest.mark.parametrize(
+    "status,anthropic_error,openai_error",
+    [
+        (529, anthropic.OverloadedError, openai.InternalServerError),
+        (500, anthropic.InternalServerError, openai.InternalServerError),
+    ],
+)
 def test_upstream_5xx_raises_what_a_real_outage_raises(chaos_proxy, status, anthropic_error, openai_error):
     proxy = chaos_proxy(plan({"id": "llm.upstream_5xx", "status": status}))
     with pytest.raises(anthropic_error) as raised:
@@ -86,10 +106,18 @@ def test_upstream_5xx_raises_what_a_real_outage_raises(chaos_proxy, status, anth
 
 
 def test_reset_stream_cut_raises_a_connection_error_and_the_fallback_meets_the_fault(chaos_proxy, upstream):
-    proxy = chaos_proxy(plan(
-        {"id": "llm.upstream_5xx", "match": {"model": "claude-*"}, "status": 503, "stream_cut_after_chunks": 4,
-         "times": 2},
-        {"id": "llm.upstream_5xx", "match": {"model": "gpt-*"}, "stream_cut_after_chunks": 2}))
+    proxy = chaos_proxy(
+        plan(
+            {
+                "id": "llm.upstream_5xx",
+                "match": {"model": "claude-*"},
+                "status": 503,
+                "stream_cut_after_chunks": 4,
+                "times": 2,
+            },
+            {"id": "llm.upstream_5xx", "match": {"model": "gpt-*"}, "stream_cut_after_chunks": 2},
+        )
+    )
     client = claude(proxy, upstream.url)
     received = []
     with pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError)):
@@ -99,15 +127,24 @@ def test_reset_stream_cut_raises_a_connection_error_and_the_fallback_meets_the_f
     with pytest.raises(anthropic.InternalServerError) as raised:  # a non-stream retry, as Claude Code does
         client.messages.create(model=MODEL, max_tokens=10, messages=MESSAGES)
     assert raised.value.status_code == 503 and proxy.canary in str(raised.value)
-    assert client.messages.create(model=MODEL, max_tokens=10, messages=MESSAGES).content[0].text  # times spent
+    assert (
+        client.messages.create(model=MODEL, max_tokens=10, messages=MESSAGES).content[0].text
+    )  # times spent
     with pytest.raises(openai.APIConnectionError):
-        list(gpt(proxy, upstream.url + "/v1").chat.completions.create(model="gpt-4o", messages=MESSAGES,
-                                                                      stream=True))
+        list(
+            gpt(proxy, upstream.url + "/v1").chat.completions.create(
+                model="gpt-4o", messages=MESSAGES, stream=True
+            )
+        )
     cut, fallback, openai_cut = proxy.events("fault_injected")
     assert openai_cut["fault_index"] == 1 and openai_cut["cut_mode"] == "reset"
     assert (cut["cut_after_chunks"], cut["cut_mode"], fallback["status"]) == (4, "reset", 503)
     first = proxy.events("llm_call")[0]
-    assert first["stream"] and first["error"] == "stream cut after 4 chunks (reset)" and first["stop_reason"] is None
+    assert (
+        first["stream"]
+        and first["error"] == "stream cut after 4 chunks (reset)"
+        and first["stop_reason"] is None
+    )
 
 
 def test_silent_stream_cut_returns_partial_text_without_error(chaos_proxy, upstream):
@@ -115,19 +152,26 @@ def test_silent_stream_cut_returns_partial_text_without_error(chaos_proxy, upstr
     with claude(proxy, upstream.url).messages.stream(model=MODEL, max_tokens=10, messages=MESSAGES) as stream:
         message = stream.get_final_message()
     assert message.content[0].text == "Hello from " and message.stop_reason is None
-    stream = gpt(proxy, upstream.url + "/v1").chat.completions.create(model="gpt-4o", messages=MESSAGES, stream=True)
+    stream = gpt(proxy, upstream.url + "/v1").chat.completions.create(
+        model="gpt-4o", messages=MESSAGES, stream=True
+    )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert text == "Hello from the model "  # role chunk + 4 words: no finish_reason, no error
     assert [e["cut_mode"] for e in proxy.events("fault_injected")] == ["silent", "silent"]
 
 
 def test_trim_and_degrade_change_what_the_upstream_receives(chaos_proxy, upstream):
-    proxy = chaos_proxy(plan({"id": "llm.context_trim", "drop_oldest": 2, "drop_system": True},
-                             {"id": "llm.model_degrade"}))
-    history = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"},
-               {"role": "user", "content": "three"}]
-    message = claude(proxy, upstream.url).messages.create(model="claude-opus-4-8", max_tokens=10, system="rules",
-                                                          messages=history)
+    proxy = chaos_proxy(
+        plan({"id": "llm.context_trim", "drop_oldest": 2, "drop_system": True}, {"id": "llm.model_degrade"})
+    )
+    history = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "two"},
+        {"role": "user", "content": "three"},
+    ]
+    message = claude(proxy, upstream.url).messages.create(
+        model="claude-opus-4-8", max_tokens=10, system="rules", messages=history
+    )
     (received,) = upstream.bodies("anthropic")
     assert received["messages"] == [{"role": "user", "content": "three"}] and "system" not in received
     assert received["model"] == "claude-haiku-4-5" and message.model == "claude-haiku-4-5"
@@ -173,7 +217,9 @@ def test_per_chunk_latency_stalls_the_stream(chaos_proxy):
 
 def test_responses_tool_calls_and_results_become_events(chaos_proxy):
     def brain(body, provider):
-        outputs = [i for i in body["input"] if isinstance(i, dict) and i.get("type") == "function_call_output"]
+        outputs = [
+            i for i in body["input"] if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
         if outputs:
             return Turn(text="finished", input_tokens=200, cache_read_tokens=100)
         return Turn(tool_calls=[ToolUse("exec_command", {"cmd": "ls"}, id="call_9")], input_tokens=120)
@@ -181,12 +227,23 @@ def test_responses_tool_calls_and_results_become_events(chaos_proxy):
     proxy = chaos_proxy(plan({"id": "llm.rate_limit", "match": {"model": "never"}}))
     with ModelServer(brain) as server:
         client = gpt(proxy, server.url + "/v1")
-        with client.responses.stream(model="gpt-5-codex", input=[{"role": "user", "content": "list"}]) as stream:
+        with client.responses.stream(
+            model="gpt-5-codex", input=[{"role": "user", "content": "list"}]
+        ) as stream:
             call = [i for i in stream.get_final_response().output if i.type == "function_call"][0]
-        client.responses.create(model="gpt-5-codex", input=[
-            {"role": "user", "content": "list"},
-            {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
-            {"type": "function_call_output", "call_id": call.call_id, "output": "a.txt"}])
+        client.responses.create(
+            model="gpt-5-codex",
+            input=[
+                {"role": "user", "content": "list"},
+                {
+                    "type": "function_call",
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                },
+                {"type": "function_call_output", "call_id": call.call_id, "output": "a.txt"},
+            ],
+        )
     assert types(proxy) == ["plan_loaded", "tool_call", "llm_call", "tool_result", "llm_call"]
     (tool_call,) = proxy.events("tool_call")
     assert tool_call["tool"] == "exec_command" and tool_call["input"] == {"cmd": "ls"}

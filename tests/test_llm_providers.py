@@ -22,11 +22,13 @@ def test_detect_by_path_on_any_host_with_query_strings():
 
 def test_sse_parser_holds_only_the_unfinished_event_and_reports_offsets():
     parser = SSEParser()
-    assert parser.feed(b"event: a\ndata: {\"x\"") == []
-    (first, end), (crlf, _) = parser.feed(b": 1}\n\nevent: b\r\ndata: 2\r\n\r\n: keep-alive\n\ndata: [DONE]\n")
+    assert parser.feed(b'event: a\ndata: {"x"') == []
+    (first, end), (crlf, _) = parser.feed(
+        b": 1}\n\nevent: b\r\ndata: 2\r\n\r\n: keep-alive\n\ndata: [DONE]\n"
+    )
     assert first.event == "a" and first.json() == {"x": 1} and end == len(b": 1}\n\n")
     assert crlf.event == "b" and crlf.json() == 2
-    (second, _), = parser.feed(b"\n")
+    ((second, _),) = parser.feed(b"\n")
     assert second.event == "message" and second.data == "[DONE]" and second.json() is None
 
 
@@ -34,18 +36,27 @@ def _events(provider: str, turn: Turn, body: dict):
     parser = SSEParser()
     wire = b"".join(WireReply(turn, {**body, "stream": True}, provider).events())
     # feed in awkward slices: parsing must not depend on how the network chunks the stream
-    return [e for i in range(0, len(wire), 7) for e, _ in parser.feed(wire[i:i + 7])]
+    return [e for i in range(0, len(wire), 7) for e, _ in parser.feed(wire[i : i + 7])]
 
 
-TURN = Turn(text="all done now", tool_calls=[ToolUse("Bash", {"command": "rm -rf build"}, id="call_1")],
-            input_tokens=100, output_tokens=20, cache_read_tokens=50, cache_write_tokens=10)
+TURN = Turn(
+    text="all done now",
+    tool_calls=[ToolUse("Bash", {"command": "rm -rf build"}, id="call_1")],
+    input_tokens=100,
+    output_tokens=20,
+    cache_read_tokens=50,
+    cache_write_tokens=10,
+)
 
 
-@pytest.mark.parametrize("adapter,wire_name,body", [
-    (Anthropic, "anthropic", {"model": "claude-sonnet-4-6"}),
-    (OpenAIChat, "openai-chat", {"model": "gpt-4o", "stream_options": {"include_usage": True}}),
-    (OpenAIResponses, "openai-responses", {"model": "gpt-5"}),
-])
+@pytest.mark.parametrize(
+    "adapter,wire_name,body",
+    [
+        (Anthropic, "anthropic", {"model": "claude-sonnet-4-6"}),
+        (OpenAIChat, "openai-chat", {"model": "gpt-4o", "stream_options": {"include_usage": True}}),
+        (OpenAIResponses, "openai-responses", {"model": "gpt-5"}),
+    ],
+)
 def test_replies_parse_alike_from_json_and_sse(adapter, wire_name, body):
     seen = []
     streamed = adapter.reply_type(on_tool_call=seen.append)
@@ -55,7 +66,9 @@ def test_replies_parse_alike_from_json_and_sse(adapter, wire_name, body):
     whole.json(WireReply(TURN, body, wire_name).json())
     for reply in (streamed, whole):
         assert reply.model == body["model"]
-        assert [(c.id, c.name, c.input) for c in reply.tool_calls] == [("call_1", "Bash", {"command": "rm -rf build"})]
+        assert [(c.id, c.name, c.input) for c in reply.tool_calls] == [
+            ("call_1", "Bash", {"command": "rm -rf build"})
+        ]
         assert reply.usage["input_tokens"] == 100 and reply.usage["output_tokens"] == 20
         assert reply.usage["cache_read_tokens"] == 50
         assert reply.stop_reason in ("tool_use", "tool_calls", "completed")
@@ -65,12 +78,25 @@ def test_replies_parse_alike_from_json_and_sse(adapter, wire_name, body):
 
 
 def test_anthropic_request_tool_results_are_named_from_the_history():
-    body = {"model": "m", "stream": True, "messages": [
-        {"role": "user", "content": "go"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True,
-                                      "content": [{"type": "text", "text": "exit 1: no such file"}]}]},
-    ]}
+    body = {
+        "model": "m",
+        "stream": True,
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "is_error": True,
+                        "content": [{"type": "text", "text": "exit 1: no such file"}],
+                    }
+                ],
+            },
+        ],
+    }
     request = Anthropic.parse_request(body)
     assert request.stream and request.model == "m"
     (result,) = request.tool_results
@@ -80,10 +106,21 @@ def test_anthropic_request_tool_results_are_named_from_the_history():
 def _agent_loop(turns: int) -> list[dict]:
     messages = [{"role": "user", "content": "task"}]
     for i in range(turns):
-        messages.append({"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "Bash",
-                                                           "input": {}}]})
-        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}",
-                                                      "content": "ok"}, {"type": "text", "text": f"note {i}"}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": f"t{i}", "name": "Bash", "input": {}}],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": f"t{i}", "content": "ok"},
+                    {"type": "text", "text": f"note {i}"},
+                ],
+            }
+        )
     return messages
 
 
@@ -93,9 +130,16 @@ def test_anthropic_trim_keeps_a_user_first_suffix_with_tool_pairs_intact():
     messages = body["messages"]
     assert "system" not in body and dropped_system
     assert messages[0]["role"] == "user"
-    uses = {b["id"] for m in messages for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_use"}
-    results = {b["tool_use_id"] for m in messages if isinstance(m["content"], list)
-               for b in m["content"] if b.get("type") == "tool_result"}
+    uses = {
+        b["id"] for m in messages for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_use"
+    }
+    results = {
+        b["tool_use_id"]
+        for m in messages
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    }
     assert results <= uses and uses == {"t1", "t2"}
     # task and the t0 call are gone; t0's result block went with its call, the note beside it stays
     assert messages[0]["content"] == [{"type": "text", "text": "note 0"}]
@@ -109,15 +153,26 @@ def test_trim_never_leaves_an_empty_conversation():
 
 
 def test_openai_trims_drop_orphaned_tool_outputs_and_system_prompts():
-    chat = {"messages": [
-        {"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-        {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "r"}, {"role": "user", "content": "again"}]}
+    chat = {
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"},
+            {"role": "user", "content": "again"},
+        ]
+    }
     assert OpenAIChat.trim(chat, drop_oldest=2, drop_system=False) == (3, False)
     assert [m["role"] for m in chat["messages"]] == ["system", "user"]
-    responses = {"instructions": "i", "input": [
-        {"role": "developer", "content": "d"}, {"type": "function_call", "call_id": "c1", "name": "f"},
-        {"type": "function_call_output", "call_id": "c1", "output": "x"}, {"role": "user", "content": "u"}]}
+    responses = {
+        "instructions": "i",
+        "input": [
+            {"role": "developer", "content": "d"},
+            {"type": "function_call", "call_id": "c1", "name": "f"},
+            {"type": "function_call_output", "call_id": "c1", "output": "x"},
+            {"role": "user", "content": "u"},
+        ],
+    }
     assert OpenAIResponses.trim(responses, drop_oldest=1, drop_system=True) == (2, True)
     assert responses["input"] == [{"role": "user", "content": "u"}] and "instructions" not in responses
 
@@ -127,7 +182,9 @@ def test_error_bodies_are_the_providers_own():
     assert body["type"] == "error" and body["error"]["type"] == "overloaded_error"
     assert body["request_id"] == headers["request-id"]
     body, _ = OpenAIChat.error(429, "slow down")
-    assert body == {"error": {"message": "slow down", "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
+    assert body == {
+        "error": {"message": "slow down", "type": "requests", "param": None, "code": "rate_limit_exceeded"}
+    }
     assert OpenAIResponses.rate_limit_headers(1.5)["x-ratelimit-reset-requests"] == "1.5s"
     assert Anthropic.rate_limit_headers(2)["anthropic-ratelimit-requests-remaining"] == "0"
 
@@ -137,8 +194,12 @@ def test_prices_by_glob_with_plan_overrides_and_a_conservative_default():
     assert price_for("gpt-5-mini").input == 0.25 and price_for("gpt-5").input == 1.25
     assert price_for("some-new-model") == UNKNOWN_MODEL_PRICE
     assert price_for("gpt-5", {"gpt-*": Price(input=1, output=1)}).input == 1
-    usage = {"input_tokens": 1_000_000, "output_tokens": 1_000_000, "cache_read_tokens": 1_000_000,
-             "cache_write_tokens": 1_000_000}
+    usage = {
+        "input_tokens": 1_000_000,
+        "output_tokens": 1_000_000,
+        "cache_read_tokens": 1_000_000,
+        "cache_write_tokens": 1_000_000,
+    }
     assert cost_usd("claude-sonnet-4-6", usage) == pytest.approx(3 + 15 + 0.3 + 3.75)
     assert cost_usd("claude-sonnet-4-6", dict.fromkeys(usage)) == 0
 

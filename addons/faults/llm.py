@@ -67,7 +67,9 @@ class LatencyOptions(FaultOptions):
     delay_s: float = Field(1.0, ge=0, le=600, description="the delay (the mean, for a distribution)")
     jitter_s: float = Field(0.0, ge=0, le=600, description="spread of the distribution")
     distribution: Distribution = Field("fixed", description="how each delay is drawn (seeded)")
-    per_chunk: bool = Field(False, description="delay every read of a streamed answer (stalls mid-stream) instead of its start")
+    per_chunk: bool = Field(
+        False, description="delay every read of a streamed answer (stalls mid-stream) instead of its start"
+    )
 
 
 class TimeoutOptions(FaultOptions):
@@ -91,7 +93,8 @@ register(FaultType("llm.timeout", TimeoutOptions, ("proxy",), "fail-safe",
 RATE_LIMIT, UPSTREAM_5XX, CONTEXT_TRIM = "llm.rate_limit", "llm.upstream_5xx", "llm.context_trim"
 MODEL_DEGRADE, LATENCY, TIMEOUT = "llm.model_degrade", "llm.latency", "llm.timeout"
 HANDLES = (RATE_LIMIT, UPSTREAM_5XX, CONTEXT_TRIM, MODEL_DEGRADE, LATENCY, TIMEOUT)
-STATUS_TEXT = {500: "Internal server error", 502: "Bad gateway", 503: "Service unavailable", 529: "Overloaded"}
+STATUS_TEXT = {500: "Internal server error", 502: "Bad gateway", 503: "Service unavailable",
+               529: "Overloaded"}
 
 
 async def inject(state: ChaosState, call: Call, flow: http.HTTPFlow) -> None:
@@ -111,7 +114,8 @@ async def inject(state: ChaosState, call: Call, flow: http.HTTPFlow) -> None:
         return
     delay = draw_delay(latency.options, latency.rng())
     if state.grant_latency(latency, delay):
-        _applied(latency, call, flow, f"{delay:.2f}s before the response", delay_s=round(delay, 3), per_chunk=False)
+        _applied(latency, call, flow, f"{delay:.2f}s before the response", delay_s=round(delay, 3),
+                 per_chunk=False)
         await asyncio.sleep(delay)
 
 

@@ -24,5 +24,16 @@ def detect(method: str, path: str):
     return next((p for p in PROVIDERS if p.matches(path)), None)
 
 
-__all__ = ["PROVIDERS", "detect", "Anthropic", "OpenAIChat", "OpenAIResponses", "CallRequest", "Reply",
-           "ToolCall", "ToolResult", "SSEEvent", "SSEParser"]
+__all__ = [
+    "PROVIDERS",
+    "detect",
+    "Anthropic",
+    "OpenAIChat",
+    "OpenAIResponses",
+    "CallRequest",
+    "Reply",
+    "ToolCall",
+    "ToolResult",
+    "SSEEvent",
+    "SSEParser",
+]

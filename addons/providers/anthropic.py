@@ -6,8 +6,17 @@ import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mitmchaos.addons.providers.common import (CallRequest, Reply, ToolCall, ToolResult, parse_arguments,
-                                               shortest_valid_suffix, text_of)
+from mitmchaos.addons.providers.common import (
+    CallRequest,
+    Reply,
+    ResultRewrite,
+    ToolCall,
+    ToolResult,
+    parse_arguments,
+    rewrite_content,
+    shortest_valid_suffix,
+    text_of,
+)
 from mitmchaos.addons.providers.sse import SSEEvent
 
 ERROR_TYPES = {429: "rate_limit_error", 529: "overloaded_error"}  # every other 5xx is an api_error
@@ -59,9 +68,12 @@ class AnthropicReply(Reply):
 
     def _usage(self, usage: dict | None) -> None:
         # message_delta repeats (cumulative) counts; the later value wins
-        for ours, theirs in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
-                             ("cache_read_tokens", "cache_read_input_tokens"),
-                             ("cache_write_tokens", "cache_creation_input_tokens")):
+        for ours, theirs in (
+            ("input_tokens", "input_tokens"),
+            ("output_tokens", "output_tokens"),
+            ("cache_read_tokens", "cache_read_input_tokens"),
+            ("cache_write_tokens", "cache_creation_input_tokens"),
+        ):
             if usage and usage.get(theirs) is not None:
                 self.usage[ours] = usage[theirs]
 
@@ -110,13 +122,34 @@ class Anthropic:
     @staticmethod
     def parse_request(body: dict) -> CallRequest:
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-        names = {b.get("id"): b.get("name") for m in messages for b in _blocks(m) if b.get("type") == "tool_use"}
+        names = {
+            b.get("id"): b.get("name") for m in messages for b in _blocks(m) if b.get("type") == "tool_use"
+        }
         results = [
-            ToolResult(b.get("tool_use_id"), not b.get("is_error"),
-                       text_of(b.get("content")) if b.get("is_error") else None, names.get(b.get("tool_use_id")))
-            for m in messages if m.get("role") == "user" for b in _blocks(m) if b.get("type") == "tool_result"
+            ToolResult(
+                b.get("tool_use_id"),
+                not b.get("is_error"),
+                text_of(b.get("content")) if b.get("is_error") else None,
+                names.get(b.get("tool_use_id")),
+            )
+            for m in messages
+            if m.get("role") == "user"
+            for b in _blocks(m)
+            if b.get("type") == "tool_result"
         ]
         return CallRequest(body.get("model"), bool(body.get("stream")), results)
+
+    @staticmethod
+    def rewrite_tool_results(body: dict, rewrite: ResultRewrite) -> None:
+        for message in body.get("messages") or []:
+            if isinstance(message, dict) and message.get("role") == "user":
+                for block in _blocks(message):
+                    if block.get("type") == "tool_result":
+                        block["content"], is_error = rewrite_content(
+                            block.get("content"), rewrite, block.get("tool_use_id")
+                        )
+                        if is_error:
+                            block["is_error"] = True
 
     @staticmethod
     def trim(body: dict, drop_oldest: int, drop_system: bool) -> tuple[int, bool]:
@@ -134,13 +167,21 @@ class Anthropic:
     @staticmethod
     def error(status: int, message: str) -> tuple[dict, dict[str, str]]:
         request_id = f"req_{secrets.token_hex(12)}"
-        body = {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message},
-                "request_id": request_id}
+        body = {
+            "type": "error",
+            "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message},
+            "request_id": request_id,
+        }
         return body, {"request-id": request_id}
 
     @staticmethod
     def rate_limit_headers(retry_after_s: float) -> dict[str, str]:
         reset_at = (datetime.now(UTC) + timedelta(seconds=retry_after_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return {"anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-requests-remaining": "0",
-                "anthropic-ratelimit-requests-reset": reset_at, "anthropic-ratelimit-tokens-limit": "80000",
-                "anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": reset_at}
+        return {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": reset_at,
+            "anthropic-ratelimit-tokens-limit": "80000",
+            "anthropic-ratelimit-tokens-remaining": "0",
+            "anthropic-ratelimit-tokens-reset": reset_at,
+        }

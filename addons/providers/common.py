@@ -23,7 +23,7 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ToolResult:
-    """A tool result the agent sent back in a later request. ``name`` is known when its call is in the history."""
+    """A tool result the agent sent back in a later request; ``name`` is known if its call is in history."""
 
     id: str
     ok: bool
@@ -75,11 +75,28 @@ def parse_arguments(text: str | None) -> Any:
         return text
 
 
-def text_of(content: Any, limit: int = 500) -> str:
+# rewrite(call_id, text) -> (new text, is_error) or None: how a tool-result fault edits a request
+ResultRewrite = Callable[[str, str], "tuple[str, bool] | None"]
+
+
+def text_of(content: Any, limit: int | None = 500) -> str:
     """Plain text of a message content (a string or a list of text blocks), shortened."""
     if isinstance(content, list):
         content = " ".join(b.get("text", "") for b in content if isinstance(b, dict))
     return str(content or "")[:limit]
+
+
+def rewrite_content(content: Any, rewrite: ResultRewrite, call_id: str) -> tuple[Any, bool | None]:
+    """A tool result's content after ``rewrite``, and its error flag (None: left alone)."""
+    new = rewrite(call_id, text_of(content, None))
+    if new is None:
+        return content, None
+    text, is_error = new
+    if not isinstance(content, list):
+        return text, is_error
+    texts = [b for b in content if isinstance(b, dict) and "text" in b]
+    others = [b for b in content if not (isinstance(b, dict) and "text" in b)]
+    return [{**(texts[0] if texts else {"type": "text"}), "text": text}, *others], is_error
 
 
 def shortest_valid_suffix(items: list, drop_oldest: int, repair: Callable[[list], list]) -> list:

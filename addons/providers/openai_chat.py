@@ -5,8 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from mitmchaos.addons.providers import openai_common
-from mitmchaos.addons.providers.common import (CallRequest, Reply, ToolCall, ToolResult, parse_arguments,
-                                               shortest_valid_suffix)
+from mitmchaos.addons.providers.common import (
+    CallRequest,
+    Reply,
+    ResultRewrite,
+    ToolCall,
+    ToolResult,
+    parse_arguments,
+    rewrite_content,
+    shortest_valid_suffix,
+)
 from mitmchaos.addons.providers.sse import SSEEvent
 
 SYSTEM_ROLES = ("system", "developer")
@@ -24,13 +32,18 @@ class ChatReply(Reply):
             self.error = openai_common.describe(body["error"])
             return
         self.model = body.get("model")
-        self.usage.update(openai_common.usage(body.get("usage"), "prompt_tokens", "completion_tokens",
-                                              "prompt_tokens_details"))
+        self.usage.update(
+            openai_common.usage(
+                body.get("usage"), "prompt_tokens", "completion_tokens", "prompt_tokens_details"
+            )
+        )
         for choice in body.get("choices") or []:
             self.stop_reason = choice.get("finish_reason")
             for call in (choice.get("message") or {}).get("tool_calls") or []:
                 function = call.get("function") or {}
-                self._tool_call(ToolCall(call.get("id"), function.get("name"), parse_arguments(function.get("arguments"))))
+                self._tool_call(
+                    ToolCall(call.get("id"), function.get("name"), parse_arguments(function.get("arguments")))
+                )
 
     def event(self, event: SSEEvent) -> None:
         data = event.json()
@@ -41,8 +54,11 @@ class ChatReply(Reply):
             return
         self.model = data.get("model") or self.model
         if data.get("usage"):
-            self.usage.update(openai_common.usage(data["usage"], "prompt_tokens", "completion_tokens",
-                                                  "prompt_tokens_details"))
+            self.usage.update(
+                openai_common.usage(
+                    data["usage"], "prompt_tokens", "completion_tokens", "prompt_tokens_details"
+                )
+            )
         for choice in data.get("choices") or []:
             for delta in (choice.get("delta") or {}).get("tool_calls") or []:
                 slot = self._open_tools.setdefault(delta.get("index", 0), [None, None, []])
@@ -80,11 +96,27 @@ class OpenAIChat:
     @staticmethod
     def parse_request(body: dict) -> CallRequest:
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-        names = {c.get("id"): (c.get("function") or {}).get("name") for m in messages for c in m.get("tool_calls") or []}
+        names = {
+            c.get("id"): (c.get("function") or {}).get("name")
+            for m in messages
+            for c in m.get("tool_calls") or []
+        }
         # Chat Completions has no error flag on tool results: every result counts as ok.
-        results = [ToolResult(m.get("tool_call_id"), True, None, names.get(m.get("tool_call_id")))
-                   for m in messages if m.get("role") == "tool"]
+        results = [
+            ToolResult(m.get("tool_call_id"), True, None, names.get(m.get("tool_call_id")))
+            for m in messages
+            if m.get("role") == "tool"
+        ]
         return CallRequest(body.get("model"), bool(body.get("stream")), results)
+
+    @staticmethod
+    def rewrite_tool_results(body: dict, rewrite: ResultRewrite) -> None:
+        """Chat Completions has no error flag: a failure is carried by the text alone."""
+        for message in body.get("messages") or []:
+            if isinstance(message, dict) and message.get("role") == "tool":
+                message["content"], _ = rewrite_content(
+                    message.get("content"), rewrite, message.get("tool_call_id")
+                )
 
     @staticmethod
     def trim(body: dict, drop_oldest: int, drop_system: bool) -> tuple[int, bool]:

@@ -22,9 +22,14 @@ def error(status: int, message: str) -> tuple[dict, dict[str, str]]:
 
 def rate_limit_headers(retry_after_s: float) -> dict[str, str]:
     reset = f"{retry_after_s:g}s"
-    return {"x-ratelimit-limit-requests": "500", "x-ratelimit-remaining-requests": "0",
-            "x-ratelimit-reset-requests": reset, "x-ratelimit-limit-tokens": "30000",
-            "x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": reset}
+    return {
+        "x-ratelimit-limit-requests": "500",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": reset,
+        "x-ratelimit-limit-tokens": "30000",
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-tokens": reset,
+    }
 
 
 def describe(error: Any) -> str:
@@ -38,5 +43,9 @@ def usage(usage: dict | None, input_key: str, output_key: str, details_key: str)
         return {}
     cached = (usage.get(details_key) or {}).get("cached_tokens") or 0
     total_input = usage.get(input_key)
-    return {"input_tokens": None if total_input is None else total_input - cached,
-            "output_tokens": usage.get(output_key), "cache_read_tokens": cached, "cache_write_tokens": 0}
+    return {
+        "input_tokens": None if total_input is None else total_input - cached,
+        "output_tokens": usage.get(output_key),
+        "cache_read_tokens": cached,
+        "cache_write_tokens": 0,
+    }

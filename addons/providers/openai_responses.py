@@ -5,8 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from mitmchaos.addons.providers import openai_common
-from mitmchaos.addons.providers.common import (CallRequest, Reply, ToolCall, ToolResult, parse_arguments,
-                                               shortest_valid_suffix)
+from mitmchaos.addons.providers.common import (
+    CallRequest,
+    Reply,
+    ResultRewrite,
+    ToolCall,
+    ToolResult,
+    parse_arguments,
+    rewrite_content,
+    shortest_valid_suffix,
+)
 from mitmchaos.addons.providers.sse import SSEEvent
 
 CALL_ITEMS = ("function_call", "custom_tool_call")  # Codex's apply_patch is a custom tool
@@ -42,8 +50,11 @@ class ResponsesReply(Reply):
         status = response.get("status")
         if status and status != "in_progress":
             self.stop_reason = (response.get("incomplete_details") or {}).get("reason") or status
-        self.usage.update(openai_common.usage(response.get("usage"), "input_tokens", "output_tokens",
-                                              "input_tokens_details"))
+        self.usage.update(
+            openai_common.usage(
+                response.get("usage"), "input_tokens", "output_tokens", "input_tokens_details"
+            )
+        )
 
     def _item(self, item: dict) -> None:
         if item.get("type") in CALL_ITEMS:
@@ -78,9 +89,19 @@ class OpenAIResponses:
         items = _items(body)
         names = {i.get("call_id"): i.get("name") for i in items if i.get("type") in CALL_ITEMS}
         # Responses has no error flag on tool outputs either: every result counts as ok.
-        results = [ToolResult(i.get("call_id"), True, None, names.get(i.get("call_id")))
-                   for i in items if i.get("type") in RESULT_ITEMS]
+        results = [
+            ToolResult(i.get("call_id"), True, None, names.get(i.get("call_id")))
+            for i in items
+            if i.get("type") in RESULT_ITEMS
+        ]
         return CallRequest(body.get("model"), bool(body.get("stream")), results)
+
+    @staticmethod
+    def rewrite_tool_results(body: dict, rewrite: ResultRewrite) -> None:
+        """Responses has no error flag on tool outputs: a failure is carried by the text alone."""
+        for item in _items(body):
+            if item.get("type") in RESULT_ITEMS:
+                item["output"], _ = rewrite_content(item.get("output"), rewrite, item.get("call_id"))
 
     @staticmethod
     def trim(body: dict, drop_oldest: int, drop_system: bool) -> tuple[int, bool]:
