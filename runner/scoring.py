@@ -16,6 +16,7 @@ Verdicts (exit codes): scored (0), aborted (1), invalid (2), inconclusive (2).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from mitmchaos.records import RepetitionRecord
 
 REPORT_SCHEMA_VERSION = 1
 EXIT_CODES = {"scored": 0, "aborted": 1, "invalid": 2, "inconclusive": 2}
+JUDGE_FILE = "judge.json"  # per repetition, beside its events
 TIMELINE_MARKS = 300  # per kind and repetition: enough to see a retry storm, small enough to draw
 
 
@@ -170,9 +172,9 @@ def score(plan: Plan, records: list[RepetitionRecord],
     malformed: dict[str, int] = {}
     for record in [*baseline, *faulted]:
         ev = build_evidence(record, baseline_cost=baseline_cost, prices=plan.prices)
-        for probe, p in zip(plan.probes, params):
-            if probe.id == "judge" and judge_key(p) not in ev.judgements:
-                ev.judgements[judge_key(p)] = judge(p, ev.stdout)
+        judge_params = [p for probe, p in zip(plan.probes, params) if probe.id == "judge"]
+        if judge_params:
+            ev.judgements = _judgements(record, ev.stdout, judge_params, judge)
         results: list[ProbeResult] = [probe.probe_type.evaluate(ev, p) for probe, p in zip(plan.probes, params)]
         for outcome, result in zip(outcomes, results):
             phase = outcome.baseline if record.phase == "baseline" else outcome.faulted
@@ -216,6 +218,28 @@ def score(plan: Plan, records: list[RepetitionRecord],
     return RunResult(plan=plan_summary(plan), verdict=verdict, exit_code=EXIT_CODES[verdict], outcome=outcome_name,
                      reasons=reasons, score=score_value, confidence=plan.confidence, probes=outcomes,
                      repetitions=repetitions, warnings=warnings, malformed_lines=sum(malformed.values()))
+
+
+def _judgements(record: RepetitionRecord, output: str, judge_params: list,
+                judge: Callable[[Any, str], JudgeVerdict]) -> dict[str, JudgeVerdict]:
+    """The judge's answers for one repetition, kept in its artifacts (``judge.json``): a judge is
+    a sampled model, so a rebuilt report reuses the answers instead of asking again (and offline)."""
+    cache = record.artifacts / JUDGE_FILE
+    try:
+        stored = {k: JudgeVerdict(**v) for k, v in json.loads(cache.read_text()).items()}
+    except (OSError, ValueError, TypeError):
+        stored = {}
+    answers = dict(stored)
+    for p in judge_params:
+        if judge_key(p) not in answers:
+            answers[judge_key(p)] = judge(p, output)
+    keep = {k: v for k, v in answers.items() if v.score is not None}  # an unreachable judge is asked again
+    if keep != stored:
+        try:
+            cache.write_text(json.dumps({k: asdict(v) for k, v in keep.items()}, indent=1))
+        except OSError:
+            pass  # a read-only run directory: the answers still serve this report
+    return answers
 
 
 def _decide_status(outcome: ProbeOutcome, plan: Plan) -> None:

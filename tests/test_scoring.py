@@ -160,6 +160,20 @@ def test_judge_is_asked_once_per_repetition_before_the_probes(tmp_path):
     assert len(asked) == 5
     judge = next(p for p in res.probes if p.id == "judge")
     assert (judge.faulted.passes, judge.faulted.runs) == (1, 2)
+    # A rebuilt report reuses the stored answers: the judge is a sampled model, and the rebuild is offline.
+    again = score(parse_plan_text(text), records, judge=lambda p, out: pytest.fail("asked again"))
+    assert again.to_json() == res.to_json()
+
+
+def test_an_unreachable_judge_is_not_evaluated_and_asked_again_next_time(tmp_path):
+    text = PLAN.format(extra="").replace(
+        "  - { id: task_success, weight: 1 }",
+        "  - { id: judge, criterion: c, endpoint: 'http://127.0.0.1:9/v1', model: g }")
+    records = baseline(tmp_path, n=1) + [faulted(tmp_path, 0)]
+    res = score(parse_plan_text(text), records, judge=lambda p, out: JudgeVerdict(None, "connection refused"))
+    judge = next(p for p in res.probes if p.id == "judge")
+    assert judge.status == "n/a" and "connection refused" in res.repetitions[1].probes[1]["detail"]
+    assert not (records[1].artifacts / "judge.json").exists()
 
 
 def test_scoring_streams_events_in_bounded_memory(tmp_path):
