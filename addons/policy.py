@@ -57,8 +57,8 @@ class EgressPolicy:
         if verdict is None:
             return
         enforce = policy.mode == "enforce"
-        state.events.emit("decision", kind="policy", action="block" if enforce else "observe", host=verdict.host,
-                          rule=verdict.rule, reason=verdict.reason, mode=policy.mode)
+        state.events.emit("decision", kind="policy", action="block" if enforce else "observe",
+                          host=verdict.host, rule=verdict.rule, reason=verdict.reason, mode=policy.mode)
         if not enforce:
             return
         flow.metadata[BLOCKED] = True

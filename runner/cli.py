@@ -144,15 +144,19 @@ def cleanup(force: bool) -> None:
 
 
 @main.command()
-@click.option("--plan", "plan_path", required=True, type=click.Path(exists=True, dir_okay=False), help="The plan.")
-@click.option("--events", "events_path", type=click.Path(dir_okay=False), help="Append events (JSON Lines) here.")
-@click.option("--listen", required=True, metavar="ADDR:PORT", help="UDP and TCP address ([v6]:PORT for IPv6).")
+@click.option("--plan", "plan_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="The plan.")
+@click.option("--events", "events_path", type=click.Path(dir_okay=False),
+              help="Append events (JSON Lines) here.")
+@click.option("--listen", required=True, metavar="ADDR:PORT",
+              help="UDP and TCP address ([v6]:PORT for IPv6).")
 @click.option("--upstream", metavar="ADDR[:PORT]", help="Forward unfaulted names here, and nowhere else.")
 @click.option("--answer", metavar="IP", help="Without --upstream: the address for every unfaulted name "
                                              "(default: the listen address, the sandbox's gateway).")
 @click.option("--run-id", help="Run id on every event; default: a random one.")
 @click.option("--canary", help="The repetition's canary; default: a random one.")
-@click.option("--repetition", type=click.IntRange(min=0), default=0, help="Repetition index (fault decisions).")
+@click.option("--repetition", type=click.IntRange(min=0), default=0,
+              help="Repetition index (fault decisions).")
 @click.option("--seed", type=click.IntRange(min=0), help="Override the plan's seed.")
 def resolver(plan_path, events_path, listen, upstream, answer, run_id, canary, repetition, seed) -> None:
     """DNS resolver for the sandbox: fails the plan's egress.dns_fail names; runs until SIGTERM."""

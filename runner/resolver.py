@@ -122,8 +122,9 @@ class Resolver:
 
     def _forward(self, query: DNSRecord, transport: str) -> bytes:
         try:
-            return query.send(self.upstream[0], self.upstream[1], tcp=transport == "tcp", timeout=UPSTREAM_TIMEOUT_S,
-                              ipv6=":" in self.upstream[0])
+            host, port = self.upstream
+            return query.send(host, port, tcp=transport == "tcp", timeout=UPSTREAM_TIMEOUT_S,
+                              ipv6=":" in host)
         except (OSError, DNSError, struct.error) as exc:
             log.warning(f"upstream {self.upstream} failed for {query.q.qname}: {exc}")
             reply = query.reply()
@@ -189,11 +190,13 @@ class ResolverServer:
             server.server_close()
 
 
-def serve(state: ChaosState, listen: tuple[str, int], answer: str | None, upstream: tuple[str, int] | None) -> None:
+def serve(state: ChaosState, listen: tuple[str, int], answer: str | None,
+          upstream: tuple[str, int] | None) -> None:
     """Run until SIGTERM or SIGINT; plan_loaded is written once both sockets are bound."""
     if upstream is None and answer is None:
         if ipaddress.ip_address(listen[0]).is_unspecified:
-            raise ValueError(f"listening on {listen[0]}: give --answer (the address to hand out) or --upstream")
+            raise ValueError(f"listening on {listen[0]}: give --answer (the address to hand out) "
+                             "or --upstream")
         answer = listen[0]
     server = ResolverServer(Resolver(state, answer=answer, upstream=upstream), listen).start()
     stop = threading.Event()

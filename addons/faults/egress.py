@@ -13,7 +13,8 @@ from mitmchaos.globs import first_match
 
 class DnsFailOptions(FaultOptions):
     mode: Literal["nxdomain", "servfail", "refused", "timeout", "empty"] = Field(
-        "nxdomain", description="how the resolver fails the name (the proxy always reports a resolution failure)"
+        "nxdomain",
+        description="how the resolver fails the name (the proxy always reports a resolution failure)",
     )
 
 
@@ -44,9 +45,8 @@ def dns_failure_response(host: str, port: int, canary: str):
     from mitmproxy import http
 
     reason = f"DNS resolution failed: {host}: {NAME_NOT_KNOWN} [{canary}]"
-    response = http.Response.make(
-        502, f"Cannot connect to {host}:{port}: [Errno -2] {NAME_NOT_KNOWN} (DNS resolution failed) [{canary}]\n",
-        {"Content-Type": "text/plain; charset=utf-8"})
+    body = f"Cannot connect to {host}:{port}: [Errno -2] {NAME_NOT_KNOWN} (DNS resolution failed) [{canary}]"
+    response = http.Response.make(502, body + "\n", {"Content-Type": "text/plain; charset=utf-8"})
     response.reason = reason
     return response
 
@@ -69,10 +69,11 @@ def credential_401_response(host: str, provider: str, canary: str):
     revoked = f"the credential for {host} was revoked [{canary}]"
     headers = {"Content-Type": "application/json"}
     if provider == "anthropic":
-        body = {"type": "error", "error": {"type": "authentication_error", "message": f"invalid x-api-key: {revoked}"}}
+        body = {"type": "error",
+                "error": {"type": "authentication_error", "message": f"invalid x-api-key: {revoked}"}}
     elif provider == "openai":
-        body = {"error": {"message": f"Incorrect API key provided: {revoked}", "type": "invalid_request_error",
-                          "param": None, "code": "invalid_api_key"}}
+        body = {"error": {"message": f"Incorrect API key provided: {revoked}",
+                          "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
     elif provider == "github":
         body = {"message": f"Bad credentials: {revoked}", "documentation_url": "https://docs.github.com/rest",
                 "status": "401"}
