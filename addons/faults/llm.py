@@ -129,7 +129,7 @@ async def _fail(state: ChaosState, injection: Injection, call: Call, flow: http.
     """Apply a failure; False when the call still goes upstream (a stream cut, a refused hang)."""
     opts, canary = injection.options, injection.canary
     if injection.id == RATE_LIMIT:
-        message = f"Rate limit exceeded: please retry after {opts.retry_after_s:g} seconds. [{canary}]"
+        message = f"Rate limit exceeded: please retry after {opts.retry_after_s:g}s. [{canary}]"
         flow.response = error_response(call.provider, 429, message, opts.retry_after_s)
         _applied(injection, call, flow, f"429, retry-after {opts.retry_after_s:g}s", status=429,
                  retry_after_s=opts.retry_after_s)
