@@ -53,7 +53,7 @@ def ask_judge(params, output: str) -> JudgeVerdict:
 
 def parse_judgement(content: str) -> JudgeVerdict:
     """Read ``{"score": x, "reason": ...}``, tolerating prose around it or a bare number."""
-    match = re.search(r"\{.*\}", content, re.S)
+    match = re.search(r"\{.*\}", content, re.DOTALL)
     if match:
         try:
             data = json.loads(match.group(0))

@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from mitmchaos.probes import REGISTRY
 from mitmchaos.probes.evaluate import judge_key
 from mitmchaos.probes.evidence import JudgeVerdict, build_evidence

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from mitmchaos.cli import main
 from mitmchaos.plan import parse_plan_text
 from mitmchaos.report import read_report, write_reports
@@ -177,7 +176,7 @@ def test_html_is_self_contained_and_renders_its_plots_offline(scored, tmp_path):
                      "--disable-component-update", "--no-first-run", "--host-resolver-rules=MAP * ~NOTFOUND",
                      "--proxy-server=http://127.0.0.1:9", f"--user-data-dir={tmp_path / 'profile'}",
                      f"--screenshot={shot}", "--window-size=1000,2400", html_path.as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert shot.exists(), proc.stderr[-2000:]
     width, height, pixels = _png_pixels(shot)
     assert (width, height) == (1000, 2400)
@@ -192,7 +191,7 @@ def test_html_is_self_contained_and_renders_its_plots_offline(scored, tmp_path):
 
 def test_report_command_rebuilds_everything_offline(tmp_path):
     run_dir = tmp_path / "overloaded-mc1"
-    plan, records = overloaded_run(run_dir)
+    _plan, records = overloaded_run(run_dir)
     save_run(run_dir, "plans/overloaded.yaml", PLAN, records)
     res = CliRunner().invoke(main, ["report", str(run_dir)])
     assert res.exit_code == 0, res.output
@@ -204,7 +203,7 @@ def test_report_command_rebuilds_everything_offline(tmp_path):
 
 def test_report_command_exit_code_follows_the_verdict(tmp_path):
     run_dir = tmp_path / "run"
-    plan, records = overloaded_run(run_dir)
+    _plan, records = overloaded_run(run_dir)
     records[0].verify_exit = 1  # a baseline failure: invalid
     save_run(run_dir, "p.yaml", PLAN, records)
     res = CliRunner().invoke(main, ["report", str(run_dir), "--out", str(tmp_path / "x.json")])

@@ -8,7 +8,6 @@ import tracemalloc
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
-
 from mitmchaos.judge import ask_judge, parse_judgement
 from mitmchaos.plan import parse_plan_text
 from mitmchaos.probes import REGISTRY
@@ -214,9 +213,9 @@ def test_load_run_explains_a_wrong_directory(tmp_path):
 
 
 class _JudgeServer(BaseHTTPRequestHandler):
-    seen: list = []
+    seen: list = []  # noqa: RUF012 - the requests this server saw, read by the test
 
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _JudgeServer.seen.append((self.path, self.headers.get("Authorization"), body))
         answer = {"choices": [{"message": {"content": 'Verdict: {"score": 0.75, "reason": "mentions it"}'}}]}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from mitmchaos.globs import first_match, glob_matches
@@ -108,7 +109,7 @@ def fault_signature(hit: FaultHit) -> list[tuple[str, ...]]:
 
 def _signature_found(hit: FaultHit, text: str) -> str | None:
     for alternative in fault_signature(hit):
-        found = [re.search(p, text, re.I) for p in alternative]
+        found = [re.search(p, text, re.IGNORECASE) for p in alternative]
         if all(found):
             return " + ".join(repr(m.group(0)) for m in found)
     return None
@@ -281,7 +282,7 @@ def tool_not_called(ev: Evidence, params) -> ProbeResult:
 
 
 def output_matches(ev: Evidence, params) -> ProbeResult:
-    found = re.search(params.pattern, ev.stdout, re.M)
+    found = re.search(params.pattern, ev.stdout, re.MULTILINE)
     return verdict(found is not None, f"matched {found.group(0)[:60]!r}" if found else "no match in the output")
 
 
@@ -350,7 +351,7 @@ def backoff(ev: Evidence, params) -> ProbeResult:
     if not series:
         return not_evaluated("fewer than two retries against a failing fault")
     for key, hits in series.items():
-        gaps = [b.ts - a.ts for a, b in zip(hits, hits[1:])]
+        gaps = [b.ts - a.ts for a, b in pairwise(hits)]
         told = all(a.retry_after_s is not None and gap >= a.retry_after_s - RETRY_AFTER_SLACK_S
                    for a, gap in zip(hits, gaps))
         # Jitter and a cap may shorten one wait; halving the longest wait so far is not backing off.

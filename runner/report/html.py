@@ -42,7 +42,10 @@ def _pass_rate_plot(probes: list[ProbeOutcome], confidence: float) -> str:
     left, right, row = 300, 120, 34
     plot = WIDTH - left - right
     height = 30 + row * len(probes)
-    x = lambda v: left + plot * _pct(v)  # noqa: E731 - a scale
+
+    def x(v: float) -> float:
+        return left + plot * _pct(v)
+
     parts = [f'<svg width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
              f'aria-label="pass rates with {confidence * 100:g}% intervals">']
     for tick in (0, 0.25, 0.5, 0.75, 1.0):
@@ -103,7 +106,10 @@ def _timeline(rep: RepetitionResult) -> str:
     left, height = 90, 86
     plot = WIDTH - left - 20
     span = t["span_s"] or 1.0
-    x = lambda s: left + plot * max(0.0, min(1.0, s / span))  # noqa: E731 - a scale
+
+    def x(seconds: float) -> float:
+        return left + plot * _pct(seconds / span)
+
     lanes = {"faults": 16, "model": 40, "tools": 66}
     parts = [f'<svg width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" role="img" '
              f'aria-label="timeline of {rep.phase} repetition {rep.index + 1}">']
