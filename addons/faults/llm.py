@@ -12,10 +12,12 @@ import asyncio
 import json
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from mitmproxy import ctx, http
+from mitmproxy.connection import ConnectionState
 from pydantic import Field, model_validator
 
 from mitmchaos.addons.annotate import annotate
@@ -93,6 +95,7 @@ register(FaultType("llm.timeout", TimeoutOptions, ("proxy",), "fail-safe",
 RATE_LIMIT, UPSTREAM_5XX, CONTEXT_TRIM = "llm.rate_limit", "llm.upstream_5xx", "llm.context_trim"
 MODEL_DEGRADE, LATENCY, TIMEOUT = "llm.model_degrade", "llm.latency", "llm.timeout"
 HANDLES = (RATE_LIMIT, UPSTREAM_5XX, CONTEXT_TRIM, MODEL_DEGRADE, LATENCY, TIMEOUT)
+HANG_POLL_S = 0.1  # how often a hung call checks whether the agent gave up
 STATUS_TEXT = {500: "Internal server error", 502: "Bad gateway", 503: "Service unavailable",
                529: "Overloaded"}
 
@@ -143,9 +146,12 @@ async def _fail(state: ChaosState, injection: Injection, call: Call, flow: http.
         return True
     if not state.grant_latency(injection, opts.hang_s):
         return False
-    call.error = f"timeout: held {opts.hang_s:g}s, then dropped"
-    _applied(injection, call, flow, f"hang {opts.hang_s:g}s", hang_s=opts.hang_s)
-    await asyncio.sleep(opts.hang_s)
+    _applied(injection, call, flow, f"hang up to {opts.hang_s:g}s", hang_s=opts.hang_s)
+    started = time.monotonic()
+    # Held until the agent gives up (closes its side) or hang_s passes, then dropped.
+    while time.monotonic() - started < opts.hang_s and flow.client_conn.state & ConnectionState.CAN_READ:
+        await asyncio.sleep(min(HANG_POLL_S, opts.hang_s - (time.monotonic() - started)))
+    call.error = f"timeout: held {time.monotonic() - started:.1f}s, then dropped"
     if flow.killable:
         flow.kill()
     return True
