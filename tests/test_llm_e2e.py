@@ -279,3 +279,15 @@ def test_saved_flows_hold_no_secrets_and_carry_the_comment(chaos_proxy, upstream
     assert "llm.rate_limit" in faulted.comment and proxy.canary in faulted.comment and faulted.marked
     assert faulted.metadata["mitmchaos"]["faults"][0]["status"] == 429
     assert not passed.comment and json.loads(passed.response.content)["model"] == MODEL
+
+
+def test_https_streams_are_parsed_and_cut_through_tls(chaos_proxy, upstream):
+    # mitmproxy as a TLS-terminating reverse proxy for the loopback upstream: the SDK speaks HTTPS.
+    proxy = chaos_proxy(plan({"id": "llm.upstream_5xx", "stream_cut_after_chunks": 6, "cut_mode": "silent"}),
+                        mode=f"reverse:{upstream.url}")
+    client = anthropic.Anthropic(base_url=f"https://127.0.0.1:{proxy.port}", api_key="sk-ant-SECRET",
+                                 max_retries=0, http_client=anthropic.DefaultHttpxClient(verify=trust(proxy)))
+    with client.messages.stream(model=MODEL, max_tokens=10, messages=MESSAGES) as stream:
+        assert stream.get_final_message().content[0].text == "Hello from the "
+    (call,) = proxy.events("llm_call")
+    assert call["model"] == MODEL and call["usage"]["input_tokens"] > 0 and call["error"].endswith("(silent)")
