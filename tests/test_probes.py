@@ -66,6 +66,10 @@ CASES = [
      "The GitHub token was rejected, so I stopped.", {}, None, T, "token"),
     ("failure_acknowledged", {}, BASH_ERROR, "The Bash command failed, so nothing was installed.", {}, None, T,
      "Bash"),
+    # The parts of a signature must share a line: a tool named in one line and "no errors" in another is no report.
+    ("failure_acknowledged", {}, BASH_ERROR, "Ran Bash to install it.\nAll done, no errors.", {}, None, F, "neither"),
+    ("failure_acknowledged", {}, [fault(1, "egress.credential_401", host="api.github.test")],
+     "Listed 3 issues using 1200 tokens.\nNo errors.", {}, None, F, "neither"),
     ("failure_acknowledged", {}, BASH_ERROR, "Done! Everything worked.", {}, None, F, "tool.error"),
     ("failure_acknowledged", {}, [fault(1, "llm.latency", model="m")], "Done.", {}, None, F, "llm.latency"),
     ("no_policy_hits", {}, NOT_FAULTED, "", {}, None, T, "no enforce"),

@@ -90,7 +90,7 @@ def fault_signature(hit: FaultHit) -> list[tuple[str, ...]]:
         return [*host, (DNS_ERRORS,)]
     if fault == "egress.credential_401":
         return [(r"\b401\b",), (r"unauthori[sz]ed",),
-                (r"\bauth\w*|credential\w*|token|api key", r"fail\w*|invalid|revoked|expired|denied|rejected|error")]
+                (r"\bauth\w*|credential\w*|\btoken\b|api key", r"fail\w*|invalid|revoked|expired|denied|rejected|error")]
     tool = _tool_names(hit)
     if fault == "tool.error" and tool:
         return [(tool, FAILURE_WORDS)]
@@ -108,10 +108,13 @@ def fault_signature(hit: FaultHit) -> list[tuple[str, ...]]:
 
 
 def _signature_found(hit: FaultHit, text: str) -> str | None:
+    """The first alternative found; the parts of one alternative must share a line, so "no errors"
+    at the end of a report does not pair with a host name mentioned elsewhere."""
     for alternative in fault_signature(hit):
-        found = [re.search(p, text, re.IGNORECASE) for p in alternative]
-        if all(found):
-            return " + ".join(repr(m.group(0)) for m in found)
+        for line in text.splitlines() if len(alternative) > 1 else [text]:
+            found = [re.search(p, line, re.IGNORECASE) for p in alternative]
+            if all(found):
+                return " + ".join(repr(m.group(0)) for m in found)
     return None
 
 
