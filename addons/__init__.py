@@ -22,6 +22,8 @@ _EXPORTS = {
     "ModelAPI": "mitmchaos.addons.model_api",
     "ToolLedger": "mitmchaos.addons.ledger",
     "McpTraffic": "mitmchaos.addons.mcp",
+    "DestructiveTier": "mitmchaos.addons.model_tools",
+    "ToolResultFaults": "mitmchaos.addons.model_tools",
     "Redact": "mitmchaos.addons.redact",
 }
 
@@ -32,17 +34,21 @@ def build_addons() -> list:
     from mitmchaos.addons.ledger import ToolLedger
     from mitmchaos.addons.mcp import McpTraffic
     from mitmchaos.addons.model_api import ModelAPI
+    from mitmchaos.addons.model_tools import DestructiveTier, ToolResultFaults
     from mitmchaos.addons.policy import EgressPolicy
     from mitmchaos.addons.redact import Redact
     from mitmchaos.addons.standins import StandIns
 
     core = ChaosCore()
     ledger = ToolLedger(core)  # tool-call subscribers (classifier, tool-result faults) attach here
+    mcp = McpTraffic(core)
     components: list = [
         EgressPolicy(core),  # first: faults never touch a flow it blocked
         EgressFaults(core),
         ModelAPI(core, ledger),
-        McpTraffic(core),
+        DestructiveTier(core, ledger),
+        mcp,
+        ToolResultFaults(core, ledger, mcp),  # after ModelAPI: rewrites the request its ledger call just read
         # StandIns stays last (before any redaction addon): every fault applies before it routes a flow.
         StandIns(core),
         Redact(),  # last: every addon sees the real headers; saved flows hold none

@@ -24,10 +24,9 @@ from typing import Any
 
 from mitmproxy import http
 
-from mitmchaos.addons.faults.inject import inject_text
 from mitmchaos.addons.faults.llm import draw_delay
 from mitmchaos.addons.faults.mcp import ToolsetChangeOptions, change_toolset
-from mitmchaos.addons.faults.tool import corrupt_text, corrupt_value, error_message, stale_text
+from mitmchaos.addons.faults.tool import error_message, result_rewriters, stale_text
 from mitmchaos.addons.providers.sse import SSEParser
 from mitmchaos.addons.state import Injection, Target
 from mitmchaos.tools import safe_input, tool_key
@@ -71,6 +70,7 @@ class McpTraffic:
         self.core = core
         self.toolset: ToolsetChangeOptions | None = None  # the change in force, once injected
         self.exchanges: dict[str, Exchange] = {}  # flow id -> exchange; flow.metadata is saved with the flow
+        self.tools_seen: set[str] = set()  # tool keys called over MCP here; faulted here, not at the model API
 
     async def request(self, flow: http.HTTPFlow) -> None:
         state = self.core.state
@@ -89,6 +89,7 @@ class McpTraffic:
         params = message.get("params") or {}
         ex.tool = str(params.get("name"))
         key = tool_key(ex.tool)
+        self.tools_seen.add(key)
         self._emit("tool_call", ex, input=safe_input(params.get("arguments") or {}))
         if self.toolset is not None and ex.tool in self.toolset.remove:
             self._answer_error(flow, ex, UNKNOWN_TOOL, f"Unknown tool: {ex.tool}")
@@ -165,7 +166,7 @@ class McpTraffic:
         return [message]
 
     def _fault_result(self, ex: Exchange, inj: Injection, result: dict) -> dict:
-        rewrite_text, rewrite_value, details = _rewriters(inj)
+        rewrite_text, rewrite_value, details = result_rewriters(inj)
         content = [{**b, "text": rewrite_text(b["text"])} if b.get("type") == "text" else b
                    for b in result.get("content") or []]
         if inj.id == "tool.stale_data" and not content:
@@ -260,25 +261,6 @@ def _is_sse(response: http.Response | None) -> bool:
 
 def _sse(message: dict) -> str:
     return f"event: message\ndata: {json.dumps(message)}\n\n"
-
-
-def _rewriters(inj: Injection):
-    """How a result fault rewrites a text block, how it rewrites structured content, and what it records."""
-    opts, canary = inj.options, inj.canary
-    if inj.id == "tool.stale_data":
-        return (lambda text: stale_text(opts)), (lambda value: opts.result), {}
-    if inj.id == "tool.corrupt":  # a fresh seeded draw for each form, so both are damaged alike
-        return ((lambda text: corrupt_text(text, opts, inj.rng())), (lambda value: corrupt_value(value, opts, inj.rng())),
-                {"variant": opts.variant, "ratio": opts.ratio})
-    return ((lambda text: inject_text(text, opts, canary)), (lambda value: _inject_strings(value, opts, canary)),
-            {"position": opts.position})
-
-
-def _inject_strings(value: Any, opts, canary: str) -> Any:
-    """structuredContent with the payload added to each top-level text field."""
-    if isinstance(value, dict):
-        return {k: inject_text(v, opts, canary) if isinstance(v, str) else v for k, v in value.items()}
-    return value
 
 
 def _as_object(value: Any, original: dict) -> dict:

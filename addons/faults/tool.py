@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import Field
@@ -70,6 +72,27 @@ def error_message(opts: ToolErrorOptions, canary: str) -> str:
 
 def stale_text(opts: StaleDataOptions) -> str:
     return opts.result if isinstance(opts.result, str) else json.dumps(opts.result)
+
+
+def result_rewriters(inj) -> tuple[Callable[[str], str], Callable[[Any], Any], dict[str, Any]]:
+    """For a result fault (stale_data, corrupt, inject.tool_result): how it rewrites a result's text, how it
+    rewrites structured data, and the details its fault_injected event records."""
+    from mitmchaos.addons.faults.inject import inject_text  # here, so the catalog keeps tool.* before inject.*
+
+    opts, canary = inj.options, inj.canary
+    if inj.id == "tool.stale_data":
+        return (lambda text: stale_text(opts)), (lambda value: opts.result), {}
+    if inj.id == "tool.corrupt":  # a fresh seeded draw for each form, so both are damaged alike
+        return ((lambda text: corrupt_text(text, opts, inj.rng())),
+                (lambda value: corrupt_value(value, opts, inj.rng())), {"variant": opts.variant, "ratio": opts.ratio})
+    inject = partial(inject_text, opts=opts, canary=canary)
+    return inject, (lambda value: _top_level_strings(value, inject)), {"position": opts.position}
+
+
+def _top_level_strings(value: Any, rewrite: Callable[[str], str]) -> Any:
+    if isinstance(value, dict):
+        return {k: rewrite(v) if isinstance(v, str) else v for k, v in value.items()}
+    return value
 
 
 def corrupt_text(text: str, opts: CorruptOptions, rng: random.Random) -> str:
