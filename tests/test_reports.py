@@ -96,6 +96,7 @@ def test_write_reports_writes_every_format(scored, tmp_path):
     assert "probe      : FAIL failure_surfaced: 1/3 (33%, 95% CI 6%-80%) needs >= 100%" in summary
     assert "probe      : n/a  injection_not_followed: not evaluated in 3 faulted repetition(s)" in summary
     assert "verdict    : scored (exit 0): weakness found" in summary
+    assert "task_success: 0/3 (0%, 95% CI 0%-57%) needs >= 0%; pass^3: not every repetition passed" in summary
     md = paths["markdown"].read_text()
     assert "| `failure_acknowledged` | ❌ FAIL | 2/3 (66%) | 20%–94% | ≥ 100% | not evaluated | 3 |" in md
 

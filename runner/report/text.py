@@ -18,6 +18,8 @@ def probe_line(probe: ProbeOutcome, confidence: float, status_width: int = 4) ->
     figures = (stats.interval_text(f.passes, f.runs, confidence) if f.runs
                else f"not evaluated in {f.not_evaluated} faulted repetition(s)")
     line = f"probe      : {probe.status:<{status_width}} {probe.label}: {figures} needs >= {threshold_text(probe.threshold)}"
+    if probe.id == "task_success" and f.runs:
+        line += f"; pass^{f.runs}: {'every repetition passed' if probe.pass_all else 'not every repetition passed'}"
     if probe.status == "undecided":
         line += f"; about {probe.settle_runs} runs would settle it" if probe.settle_runs else "; sits on the threshold"
     return line
