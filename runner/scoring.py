@@ -9,9 +9,10 @@ Verdicts (exit codes): scored (0), aborted (1), invalid (2), inconclusive (2).
   2. invalid: a baseline repetition failed verify (the task fails without faults).
   3. inconclusive: a probe's baseline pass rate is below its threshold (no steady state).
   4. invalid: no fault fired in any faulted repetition (the trigger check).
-  5. inconclusive: with require_confidence, a probe's interval still contains its threshold.
-  6. scored: outcome ``weakness_found`` when a probe's faulted pass rate is below its
-     threshold, else ``hypothesis_held``.
+  5. scored, outcome ``weakness_found``: a probe's faulted pass rate is below its threshold
+     (with require_confidence: its whole interval is).
+  6. inconclusive: with require_confidence, a probe's interval still contains its threshold.
+  7. scored, outcome ``hypothesis_held``.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class RunResult:
     plan: dict[str, Any]
     verdict: str
     exit_code: int
-    outcome: str | None  # hypothesis_held | weakness_found, for a scored or inconclusive run
+    outcome: str | None  # hypothesis_held | weakness_found, for a scored run
     reasons: list[str]
     score: float | None
     confidence: float
@@ -150,6 +151,19 @@ def _timeline(ev: Evidence) -> dict[str, Any]:
             + max(0, len(ev.faults) - TIMELINE_MARKS)}
 
 
+def _repetition_result(record: RepetitionRecord, ev: Evidence, results: list[ProbeResult],
+                       plan: Plan) -> RepetitionResult:
+    return RepetitionResult(
+        index=record.index, phase=record.phase, run_id=record.run_id, canary=record.canary,
+        agent_exit=record.agent_exit, verify_exit=record.verify_exit, duration_s=record.duration_s,
+        cost_usd=round(repetition_cost(ev.llm_calls, plan.prices)[0], 6),
+        tokens=sum(c.input_tokens + c.output_tokens for c in ev.llm_calls),
+        llm_calls=len(ev.llm_calls), tool_calls=len(ev.tool_calls), faults_injected=len(ev.faults),
+        malformed=ev.malformed, abort=record.abort, error=record.error,
+        probes=[r.to_json() for r in results], timeline=_timeline(ev),
+    )
+
+
 def _fault_loaded(fault_id: str, ev: Evidence) -> bool:
     return any(fault_id in injects for _component, injects in ev.loaded)
 
@@ -192,15 +206,7 @@ def score(plan: Plan, records: list[RepetitionRecord],
                     fired.add(i)
         if ev.malformed:
             malformed[f"{record.phase} {record.index + 1}"] = ev.malformed
-        repetitions.append(RepetitionResult(
-            index=record.index, phase=record.phase, run_id=record.run_id, canary=record.canary,
-            agent_exit=record.agent_exit, verify_exit=record.verify_exit, duration_s=record.duration_s,
-            cost_usd=round(repetition_cost(ev.llm_calls, plan.prices)[0], 6),
-            tokens=sum(c.input_tokens + c.output_tokens for c in ev.llm_calls),
-            llm_calls=len(ev.llm_calls), tool_calls=len(ev.tool_calls), faults_injected=len(ev.faults),
-            malformed=ev.malformed, abort=record.abort, error=record.error,
-            probes=[r.to_json() for r in results], timeline=_timeline(ev),
-        ))
+        repetitions.append(_repetition_result(record, ev, results, plan))
 
     for outcome in outcomes:
         outcome.baseline.finish(plan.confidence)
@@ -213,7 +219,7 @@ def score(plan: Plan, records: list[RepetitionRecord],
     score_value = (round(sum(o.weight * o.faulted.rate for o in reached) / sum(o.weight for o in reached) * 100, 1)
                    if reached else None)
     outcome_name = None
-    if verdict in ("scored", "inconclusive") and reached:
+    if verdict == "scored":
         outcome_name = "weakness_found" if any(o.status == "FAIL" for o in outcomes) else "hypothesis_held"
     return RunResult(plan=plan_summary(plan), verdict=verdict, exit_code=EXIT_CODES[verdict], outcome=outcome_name,
                      reasons=reasons, score=score_value, confidence=plan.confidence, probes=outcomes,
@@ -276,17 +282,17 @@ def _verdict(plan: Plan, baseline, faulted, outcomes: list[ProbeOutcome], any_fa
                                 f"below its threshold {o.threshold:.0%}: no steady state to test" for o in unsteady]
     if faulted and not any_fault:
         return "invalid", ["no fault fired in any faulted repetition: the probes measured the agent without a fault"]
-    undecided = [o for o in outcomes if o.status == "undecided"]
-    if undecided:
-        return "inconclusive", [
-            f"{o.label}: {stats.interval_text(o.faulted.passes, o.faulted.runs, plan.confidence)} still contains "
-            f"the threshold {o.threshold:.0%}; "
-            + (f"about {o.settle_runs} runs at this rate would settle it" if o.settle_runs
-               else "the rate sits on the threshold, so more runs will not settle it")
-            for o in undecided]
     failing = [o for o in outcomes if o.status == "FAIL"]
-    return "scored", [f"{o.label} below its threshold: {o.faulted.passes}/{o.faulted.runs}, needs "
-                      f">= {o.threshold:.0%}" for o in failing]
+    if failing:  # a weakness shown is an answer, even if other probes are undecided
+        return "scored", [f"{o.label} below its threshold: {o.faulted.passes}/{o.faulted.runs}, needs "
+                          f">= {o.threshold:.0%}" for o in failing]
+    undecided = [o for o in outcomes if o.status == "undecided"]
+    return ("inconclusive" if undecided else "scored"), [
+        f"{o.label}: {stats.interval_text(o.faulted.passes, o.faulted.runs, plan.confidence)} still contains "
+        f"the threshold {o.threshold:.0%}; "
+        + (f"about {o.settle_runs} runs at this rate would settle it" if o.settle_runs
+           else "the rate sits on the threshold, so more runs will not settle it")
+        for o in undecided]
 
 
 def _warnings(plan: Plan, faulted, unloaded: dict[int, list[int]], fired: set[int], baseline_cost: float | None,

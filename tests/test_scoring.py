@@ -122,10 +122,19 @@ def test_no_fault_fired_is_invalid_and_says_which_component_never_loaded(tmp_pat
 def test_require_confidence_makes_an_undecided_rate_inconclusive(tmp_path):
     records = baseline(tmp_path) + [faulted(tmp_path, i) for i in range(3)]
     res = score(plan("pass_rate: 0.9\nrequire_confidence: true"), records)
-    assert (res.verdict, res.exit_code) == ("inconclusive", 2)
+    assert (res.verdict, res.exit_code, res.outcome) == ("inconclusive", 2, None)
     fs = next(p for p in res.probes if p.id == "failure_surfaced")
     assert fs.status == "undecided" and fs.settle_runs == 35  # 35/35 gives a lower bound of 90.9%
     assert "3/3 (100%, 95% CI 43%-100%) still contains the threshold 90%; about 35 runs" in res.reasons[0]
+
+
+def test_a_clear_weakness_is_an_answer_even_beside_an_undecided_probe(tmp_path):
+    records = baseline(tmp_path) + [faulted(tmp_path, i, surfaced=False) for i in range(3)]
+    res = score(plan("pass_rate: 0.9\nrequire_confidence: true"), records)
+    statuses = {p.id: p.status for p in res.probes}
+    # 0/3 has an interval of 0%-56%, wholly below 90%; 3/3 (43%-100%) still straddles it.
+    assert statuses["failure_surfaced"] == "FAIL" and statuses["task_success"] == "undecided"
+    assert (res.verdict, res.exit_code, res.outcome) == ("scored", 0, "weakness_found")
 
 
 def test_threshold_one_is_decided_exactly_even_with_require_confidence(tmp_path):
