@@ -44,9 +44,8 @@ class ModelAPI:
     def __init__(self, core, ledger: ToolLedger) -> None:
         self.core = core
         self.ledger = ledger
-        self.calls: dict[
-            str, Call
-        ] = {}  # flow id -> call; not in flow.metadata, which is saved with the flow
+        # flow id -> call; kept here, not in flow.metadata, which is saved with the flow
+        self.calls: dict[str, Call] = {}
 
     async def request(self, flow: http.HTTPFlow) -> None:
         state = self.core.state

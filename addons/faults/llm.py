@@ -207,8 +207,11 @@ def draw_delay(opts: LatencyOptions, rng) -> float:
 
 
 def _connection_handler(flow: http.HTTPFlow):
-    # Private mitmproxy 12 internals (pinned in pyproject): the handler of the client connection.
-    return ctx.master.addons.get("proxyserver").connections[flow.client_conn.id]
+    """The live handler of the flow's client connection, or None once it is gone.
+
+    Private mitmproxy 12 internals (the version is pinned in pyproject.toml).
+    """
+    return ctx.master.addons.get("proxyserver").connections.get(flow.client_conn.id)
 
 
 def close_client(flow: http.HTTPFlow) -> None:
@@ -218,7 +221,8 @@ def close_client(flow: http.HTTPFlow) -> None:
     connection is closed directly (on HTTP/2 this drops every stream of the connection).
     """
     handler = _connection_handler(flow)
-    asyncio.get_running_loop().call_soon(handler.close_connection, handler.client)
+    if handler is not None:
+        asyncio.get_running_loop().call_soon(handler.close_connection, handler.client)
 
 
 class StreamCut:
@@ -276,7 +280,7 @@ class ChunkDelay:
         try:
             reader = _connection_handler(self.flow).transports[self.flow.server_conn].reader
             read = reader.read
-        except (KeyError, AttributeError):
+        except (KeyError, AttributeError):  # the connection is gone, or not a wrappable stream
             log.warning("mitmchaos: per-chunk latency needs a live upstream connection; not applied")
             return
 
