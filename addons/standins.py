@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
-from mitmproxy import ctx, exceptions, http, tls
+from mitmproxy import ctx, exceptions, http
+from mitmproxy.proxy import server_hooks
 
 from mitmchaos.globs import glob_matches
 from mitmchaos.plan import StandIn
@@ -260,10 +261,12 @@ class StandIns:
         flow.response = http.Response(flow.request.data.http_version, 200, b"Connection established",
                                       http.Headers(), b"", None, time.time(), time.time())
 
-    def tls_clienthello(self, data: tls.ClientHelloData) -> None:
-        # Same reason: no TLS handshake with the real host before the client's.
-        if self._server_for(data.client_hello.sni):
-            data.establish_server_tls_first = False
+    def server_connect(self, data: server_hooks.ServerConnectionHookData) -> None:
+        # Same reason: eager mode also connects to the CONNECT target for a TLS handshake before
+        # the client's. A stand-in host is never contacted, whatever its name resolves to.
+        address = data.server.address
+        if address and self._server_for(address[0]) and tuple(address) not in self._local_addresses():
+            data.server.error = f"{address[0]} is a stand-in (answered by mitmchaos, never contacted)"
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         if flow.request.stream:  # a streamed body goes upstream before the request hook runs
@@ -284,6 +287,9 @@ class StandIns:
         flow.request.host, flow.request.port = server.address
         flow.request.host_header = host_header
         flow.metadata[STAND_IN] = pattern
+
+    def _local_addresses(self) -> set[tuple[str, int]]:
+        return {tuple(server.address) for _, server in self.routes}
 
     def _server_for(self, host: str | None) -> tuple[str, Served] | None:
         return next(((p, s) for p, s in self.routes if glob_matches(p, host)), None)

@@ -45,6 +45,9 @@ def test_eager_connection_strategy_never_contacts_the_real_host(chaos_proxy, tmp
                         connection_strategy="eager")
     result = curl(proxy, "https://docs.test/docs/a.txt")
     assert result.stdout == "file a\n", result.stderr
+    log = proxy.log_text()
+    assert "server connect docs.test" not in log and "Name or service not known" not in log
+    assert "docs.test is a stand-in (answered by mitmchaos, never contacted)" in log  # eager's TLS-first attempt
 
 
 def test_handler_stand_in_gets_method_path_host_and_body(chaos_proxy, tmp_path):
