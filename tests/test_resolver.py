@@ -318,3 +318,20 @@ def test_it_still_answers_after_the_fuzzing(live_server):
     server, errors = live_server
     _still_answers(server)
     assert not errors
+
+
+def test_ipv6_listen_and_answer(tmp_path):
+    try:
+        server = ResolverServer(Resolver(make_state(tmp_path, [dns_fail("pypi.test")]), answer="fd00::1"),
+                                ("::1", free_udp_tcp_port())).start()
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    try:
+        host, port = server.udp.server_address[:2]
+        for tcp in (False, True):
+            reply = DNSRecord.parse(DNSRecord.question("git.test", "AAAA").send(host, port, tcp=tcp, ipv6=True,
+                                                                                timeout=3))
+            assert [str(rr.rdata) for rr in reply.rr] == ["fd00::1"]
+        assert DNSRecord.parse(DNSRecord.question("git.test", "A").send(host, port, ipv6=True, timeout=3)).rr == []
+    finally:
+        server.stop()
