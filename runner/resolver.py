@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 DNS_FAIL = "egress.dns_fail"
 MODE_RCODES = {"nxdomain": RCODE.NXDOMAIN, "servfail": RCODE.SERVFAIL, "refused": RCODE.REFUSED,
                "empty": RCODE.NOERROR}  # "timeout" sends nothing
+NOT_FAULTED = object()
 LOOPBACK = {"A": A("127.0.0.1"), "AAAA": AAAA("::1")}
 TTL = 5  # short: a later repetition's plan must not be masked by a cached answer
 TCP_IDLE_S = 10.0
@@ -67,6 +68,7 @@ class Resolver:
         self.state = state
         self.upstream = upstream
         self.answer = ipaddress.ip_address(answer) if answer else None
+        self._deciding = threading.Lock()  # queries arrive on many threads; the fault counters are shared
 
     def handle(self, data: bytes, transport: str) -> bytes | None:
         try:
@@ -92,13 +94,9 @@ class Resolver:
     def _reply(self, query: DNSRecord, name: str, qtype: str, transport: str) -> tuple[bytes | None, bool]:
         if name == "localhost" or name.endswith(".localhost"):
             return self._fixed(query, qtype, LOOPBACK.get(qtype)), False
-        injection = self.state.consider([DNS_FAIL], Target(host=name))
-        if injection is not None:
-            mode = injection.options.mode
-            rcode = MODE_RCODES.get(mode)
-            injection.applied(mode=mode, rcode=RCODE.get(rcode) if rcode is not None else None,
-                              transport=transport)
-            if rcode is None:
+        rcode = self._injected_rcode(name, transport)
+        if rcode is not NOT_FAULTED:
+            if rcode is None:  # the timeout mode
                 return None, True
             reply = query.reply()
             reply.header.rcode = rcode
@@ -111,6 +109,18 @@ class Resolver:
         elif qtype == "AAAA" and self.answer.version == 6:
             record = AAAA(str(self.answer))
         return self._fixed(query, qtype, record), False
+
+    def _injected_rcode(self, name: str, transport: str):
+        """The rcode a dns_fail fault answers this lookup with (None: no reply), or NOT_FAULTED."""
+        with self._deciding:
+            injection = self.state.consider([DNS_FAIL], Target(host=name))
+            if injection is None:
+                return NOT_FAULTED
+            mode = injection.options.mode
+            rcode = MODE_RCODES.get(mode)
+            injection.applied(mode=mode, rcode=RCODE.get(rcode) if rcode is not None else None,
+                              transport=transport)
+            return rcode
 
     @staticmethod
     def _fixed(query: DNSRecord, qtype: str, record) -> bytes:
