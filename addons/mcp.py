@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from dataclasses import dataclass
 from typing import Any
-
-from mitmproxy import http
 
 from mitmchaos.addons.faults.llm import draw_delay
 from mitmchaos.addons.faults.mcp import ToolsetChangeOptions, change_toolset
@@ -30,8 +27,7 @@ from mitmchaos.addons.faults.tool import error_message, result_rewriters, stale_
 from mitmchaos.addons.providers.sse import SSEParser
 from mitmchaos.addons.state import Injection, Target
 from mitmchaos.tools import safe_input, tool_key
-
-log = logging.getLogger(__name__)
+from mitmproxy import http
 
 RESULT_FAULTS = ("tool.stale_data", "tool.corrupt", "inject.tool_result")
 CALL_FAULTS = ("tool.error", "tool.latency", *RESULT_FAULTS)
@@ -70,7 +66,9 @@ class McpTraffic:
         self.core = core
         self.toolset: ToolsetChangeOptions | None = None  # the change in force, once injected
         self.exchanges: dict[str, Exchange] = {}  # flow id -> exchange; flow.metadata is saved with the flow
-        self.tools_seen: set[str] = set()  # tool keys called over MCP here; faulted here, not at the model API
+        self.tools_seen: set[str] = (
+            set()
+        )  # tool keys called over MCP here; faulted here, not at the model API
 
     async def request(self, flow: http.HTTPFlow) -> None:
         state = self.core.state
@@ -79,8 +77,12 @@ class McpTraffic:
         message = _jsonrpc_request(flow.request)
         if message is None or "id" not in message:
             return
-        ex = Exchange(message["id"], message.get("method", ""), flow.request.headers.get("mcp-session-id"),
-                      stateless=flow.request.headers.get("mcp-protocol-version", "") >= STATELESS_PROTOCOL)
+        ex = Exchange(
+            message["id"],
+            message.get("method", ""),
+            flow.request.headers.get("mcp-session-id"),
+            stateless=flow.request.headers.get("mcp-protocol-version", "") >= STATELESS_PROTOCOL,
+        )
         self.exchanges[flow.id] = ex
         # an SSE answer is rewritten as it passes, so it must come back uncompressed
         flow.request.headers["accept-encoding"] = "identity"
@@ -99,8 +101,12 @@ class McpTraffic:
         if change is not None:
             self.toolset = change.options
             ex.notify = self.toolset.notify and "text/event-stream" in flow.request.headers.get("accept", "")
-            change.applied(removed=self.toolset.remove, redefined=sorted(self.toolset.redefine), notified=ex.notify,
-                           tool_call_id=ex.call_id)
+            change.applied(
+                removed=self.toolset.remove,
+                redefined=sorted(self.toolset.redefine),
+                notified=ex.notify,
+                tool_call_id=ex.call_id,
+            )
         inj = state.consider(CALL_FAULTS, target, flow)
         if inj is None:
             return
@@ -167,14 +173,17 @@ class McpTraffic:
 
     def _fault_result(self, ex: Exchange, inj: Injection, result: dict) -> dict:
         rewrite_text, rewrite_value, details = result_rewriters(inj)
-        content = [{**b, "text": rewrite_text(b["text"])} if b.get("type") == "text" else b
-                   for b in result.get("content") or []]
+        content = [
+            {**b, "text": rewrite_text(b.get("text", ""))} if b.get("type") == "text" else b
+            for b in result.get("content") or []
+        ]
         if inj.id == "tool.stale_data" and not content:
             content = [{"type": "text", "text": stale_text(inj.options)}]
         result = {**result, "content": content}
         if isinstance(result.get("structuredContent"), dict):
-            result["structuredContent"] = _as_object(rewrite_value(result["structuredContent"]),
-                                                     result["structuredContent"])
+            result["structuredContent"] = _as_object(
+                rewrite_value(result["structuredContent"]), result["structuredContent"]
+            )
         inj.applied(tool_call_id=ex.call_id, **details)
         return result
 
@@ -185,7 +194,9 @@ class McpTraffic:
         else:
             result = {"content": [{"type": "text", "text": text}], "isError": True}
             self._answer(flow, ex, {"jsonrpc": "2.0", "id": ex.id, "result": ex.result(result)})
-        inj.applied(mcp_error=inj.options.mcp_error, error_kind=inj.options.error_kind, tool_call_id=ex.call_id)
+        inj.applied(
+            mcp_error=inj.options.mcp_error, error_kind=inj.options.error_kind, tool_call_id=ex.call_id
+        )
 
     def _answer_error(self, flow: http.HTTPFlow, ex: Exchange, code: int, text: str) -> None:
         self._answer(flow, ex, {"jsonrpc": "2.0", "id": ex.id, "error": {"code": code, "message": text}})
@@ -208,8 +219,15 @@ class McpTraffic:
             self._emit("tool_result", ex, ok=not failed, error=text[:500] if failed else None)
 
     def _emit(self, type: str, ex: Exchange, **fields) -> None:
-        self.core.state.events.emit(type, tool=ex.tool, tool_key=tool_key(ex.tool), call_id=ex.call_id,
-                                    source="mcp", session=ex.session, **fields)
+        self.core.state.events.emit(
+            type,
+            tool=ex.tool,
+            tool_key=tool_key(ex.tool),
+            call_id=ex.call_id,
+            source="mcp",
+            session=ex.session,
+            **fields,
+        )
 
     def _plans_toolset_notify(self) -> bool:
         return any(f.options().notify for _, f in self.core.state.faults_of([TOOLSET]))
@@ -233,7 +251,7 @@ class SseAnswer:
         out = bytearray()
         done = 0
         for event, end in self.parser.feed(chunk):
-            block = bytes(self.held[done:start + end])
+            block = bytes(self.held[done : start + end])
             done = start + end
             message = event.json()
             if isinstance(message, dict) and "id" in message and ("result" in message or "error" in message):
@@ -250,7 +268,11 @@ def _jsonrpc_request(request: http.Request) -> dict | None:
         message = json.loads(request.get_text() or "")
     except ValueError:
         return None
-    if isinstance(message, dict) and message.get("jsonrpc") == "2.0" and isinstance(message.get("method"), str):
+    if (
+        isinstance(message, dict)
+        and message.get("jsonrpc") == "2.0"
+        and isinstance(message.get("method"), str)
+    ):
         return message
     return None
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 
-from mitmproxy import ctx, exceptions, http
-
 from mitmchaos.addons import providers
 from mitmchaos.addons.faults.tool import error_message, result_rewriters
 from mitmchaos.addons.ledger import STOP_REPLY, ToolLedger
@@ -24,6 +22,7 @@ from mitmchaos.addons.mcp import McpTraffic
 from mitmchaos.addons.state import Injection, Target
 from mitmchaos.destructive import DEFAULT_WORKSPACE, classify_call
 from mitmchaos.tools import tool_key
+from mitmproxy import ctx, exceptions, http
 
 RESULT_FAULTS = ("tool.error", "tool.stale_data", "tool.corrupt", "inject.tool_result")
 
@@ -34,15 +33,24 @@ class DestructiveTier:
         ledger.on_tool_call.append(self.tool_call)
 
     def load(self, loader) -> None:
-        loader.add_option("chaos_interlock", bool, True,
-                          "Stop a model reply that carries a destructive tool call before it reaches the agent.")
-        loader.add_option("chaos_workspace", str, DEFAULT_WORKSPACE,
-                          "The agent's workspace: relative paths resolve here; deletes outside it are destructive.")
+        loader.add_option(
+            "chaos_interlock",
+            bool,
+            True,
+            "Stop a model reply that carries a destructive tool call before it reaches the agent.",
+        )
+        loader.add_option(
+            "chaos_workspace",
+            str,
+            DEFAULT_WORKSPACE,
+            "The agent's workspace: relative paths resolve here; deletes outside it are destructive.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if "chaos_workspace" in updated and not ctx.options.chaos_workspace.startswith("/"):
-            raise exceptions.OptionsError(f"chaos_workspace must be an absolute path, not "
-                                          f"{ctx.options.chaos_workspace!r}")
+            raise exceptions.OptionsError(
+                f"chaos_workspace must be an absolute path, not {ctx.options.chaos_workspace!r}"
+            )
 
     def tool_call(self, flow: http.HTTPFlow, call: providers.ToolCall) -> None:
         state = self.core.state
@@ -50,17 +58,27 @@ class DestructiveTier:
         if state is None or verdict is None:
             return
         interlock = ctx.options.chaos_interlock
-        state.events.emit("decision", kind="destructive", action="block" if interlock else "observe",
-                          tool=call.name, call_id=call.id, **verdict.as_dict())
+        state.events.emit(
+            "decision",
+            kind="destructive",
+            action="block" if interlock else "observe",
+            tool=call.name,
+            call_id=call.id,
+            **verdict.as_dict(),
+        )
         if not interlock or flow.metadata.get(STOP_REPLY):
             return
         flow.metadata[STOP_REPLY] = f"destructive tool call {call.name} ({verdict.rule})"
         if not callable(flow.response.stream):  # a reply read whole: nothing was delivered yet
             provider = providers.detect(flow.request.method, flow.request.path)
-            message = (f"[mitmchaos] BLOCKED: the model asked for a destructive tool call ({verdict.rule}: "
-                       f"{verdict.reason}); the reply was stopped before it reached the agent.")
+            message = (
+                f"[mitmchaos] BLOCKED: the model asked for a destructive tool call ({verdict.rule}: "
+                f"{verdict.reason}); the reply was stopped before it reached the agent."
+            )
             body, headers = provider.error(403, message)
-            flow.response = http.Response.make(403, json.dumps(body), {"content-type": "application/json", **headers})
+            flow.response = http.Response.make(
+                403, json.dumps(body), {"content-type": "application/json", **headers}
+            )
 
 
 class ToolResultFaults:

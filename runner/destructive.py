@@ -22,27 +22,64 @@ TIER = "destructive"
 DEFAULT_WORKSPACE = "/work"
 
 SEPARATORS = {";", "&&", "||", "|", "|&", "&", "\n", "(", ")", "<(", "$(", "{", "}", "`"}
-WRAPPERS = {"sudo", "doas", "env", "nohup", "nice", "ionice", "time", "timeout", "exec", "command", "builtin",
-            "xargs", "stdbuf", "chronic", "setsid"}
+WRAPPERS = set(
+    "sudo doas env nohup nice ionice time timeout exec command builtin xargs stdbuf chronic setsid".split()
+)
 PUNCTUATION = set("();<>|&")
-OPTIONS_WITH_VALUE = {"-u", "-g", "-U", "-C", "-D", "-p", "-I", "-n", "-P", "-L", "-s", "-k", "-E", "-a", "-d",
-                      "--user", "--group", "--signal", "--chdir"}
+OPTIONS_WITH_VALUE = set(
+    "-u -g -U -C -D -p -I -n -P -L -s -k -E -a -d --user --group --signal --chdir".split()
+)
 SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "busybox"}
 INTERPRETERS = SHELLS | {"python", "python3", "perl", "ruby", "node", "php"}
 DOWNLOADERS = {"curl", "wget", "fetch"}
 SQL_CLIENTS = {"psql", "mysql", "mariadb", "sqlite3", "sqlcmd", "clickhouse-client", "cockroach", "duckdb"}
-SQL_DESTRUCTIVE = re.compile(r"\b(drop\s+(table|database|schema)|truncate\s+(table\s+)?\w)", re.I)
-REDIS_DESTRUCTIVE = re.compile(r"^(flushall|flushdb)$", re.I)
+SQL_DESTRUCTIVE = re.compile(r"\b(drop\s+(table|database|schema)|truncate\s+(table\s+)?\w)", re.IGNORECASE)
+REDIS_DESTRUCTIVE = re.compile(r"^(flushall|flushdb)$", re.IGNORECASE)
 FORK_BOMB = re.compile(r"(\S+)\s*\(\)\s*\{\s*\1\s*\|\s*\1\s*&\s*\}\s*;\s*\1")
 DISK_TOOLS = {"mkfs", "mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "parted", "sgdisk", "cfdisk"}
 POWER = {"shutdown", "reboot", "halt", "poweroff"}
 HARMLESS_DEVICES = re.compile(r"^/dev/(null|zero|stdout|stderr|stdin|tty|u?random|fd/\d+)$")
-SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc", "/root",
-               "/sbin", "/srv", "/sys", "/usr", "/var")
+SYSTEM_DIRS = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/opt",
+    "/proc",
+    "/root",
+    "/sbin",
+    "/srv",
+    "/sys",
+    "/usr",
+    "/var",
+)
 SCRATCH_DIRS = ("/tmp", "/var/tmp")
-HOME_SECRETS = (".ssh", ".gnupg", ".aws", ".config", ".bashrc", ".bash_profile", ".profile", ".zshrc",
-                ".gitconfig", ".netrc", ".npmrc", ".pypirc", ".docker", ".kube")
-FILE_TOOLS = {"Write": "file_path", "Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path"}
+HOME_SECRETS = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".config",
+    ".bashrc",
+    ".bash_profile",
+    ".profile",
+    ".zshrc",
+    ".gitconfig",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    ".docker",
+    ".kube",
+)
+FILE_TOOLS = {
+    "Write": "file_path",
+    "Edit": "file_path",
+    "MultiEdit": "file_path",
+    "NotebookEdit": "notebook_path",
+}
 SHELL_INPUT_KEYS = ("command", "cmd")
 
 
@@ -182,8 +219,10 @@ def _command_name(words: list[str]) -> str:
 def _pipe_into_shell(pipeline: list[list[str]]) -> Verdict | None:
     names = [_command_name(words) for words in pipeline]
     for i, name in enumerate(names):
-        if name in DOWNLOADERS and any(later in INTERPRETERS for later in names[i + 1:]):
-            return Verdict("download_piped_to_shell", f"{name} output is piped into {names[-1]} and run unread")
+        if name in DOWNLOADERS and any(later in INTERPRETERS for later in names[i + 1 :]):
+            return Verdict(
+                "download_piped_to_shell", f"{name} output is piped into {names[-1]} and run unread"
+            )
     return None
 
 
@@ -291,21 +330,31 @@ def _delete_targets(name: str, targets: list[str], recursive: bool, where: Where
     for target in targets:
         place = where.place(target)
         if place in ("root", "home", "workspace-root"):
-            what = {"root": "the root file system", "home": "a home directory",
-                    "workspace-root": "the whole workspace"}[place]
+            what = {
+                "root": "the root file system",
+                "home": "a home directory",
+                "workspace-root": "the whole workspace",
+            }[place]
             return Verdict("delete_outside_workspace", f"{name} deletes {what} ({target})")
         if place == "system" or (place == "home-file" and _is_sensitive(target, where)):
-            return Verdict("delete_outside_workspace", f"{name} deletes the system or credential path {target}")
+            return Verdict(
+                "delete_outside_workspace", f"{name} deletes the system or credential path {target}"
+            )
         if recursive and place in ("outside", "home-file"):
-            return Verdict("delete_outside_workspace",
-                           f"{name} recursively deletes {target}, outside the workspace {where.workspace}")
+            return Verdict(
+                "delete_outside_workspace",
+                f"{name} recursively deletes {target}, outside the workspace {where.workspace}",
+            )
     return None
 
 
 def _find(rest: list[str], where: Where) -> Verdict | None:
-    deletes = "-delete" in rest or any(a in ("-exec", "-execdir") and i + 1 < len(rest) and
-                                       posixpath.basename(rest[i + 1]) in ("rm", "shred")
-                                       for i, a in enumerate(rest))
+    deletes = "-delete" in rest or any(
+        a in ("-exec", "-execdir")
+        and i + 1 < len(rest)
+        and posixpath.basename(rest[i + 1]) in ("rm", "shred")
+        for i, a in enumerate(rest)
+    )
     if not deletes:
         return None
     roots = []
@@ -325,9 +374,12 @@ def _chmod_chown(name: str) -> Callable[[list[str], Where], Verdict | None]:
         for path in operands[1:]:
             place = where.place(path)
             if place in ("root", "home") or recursive and _is_sensitive(path, where):
-                return Verdict("permission_wreck", f"{name} {'-R ' if recursive else ''}changes ownership "
-                                                   f"or modes of {path}")
+                return Verdict(
+                    "permission_wreck",
+                    f"{name} {'-R ' if recursive else ''}changes ownership or modes of {path}",
+                )
         return None
+
     return check
 
 
@@ -356,7 +408,7 @@ def _git(rest: list[str], where: Where) -> Verdict | None:
         i += 2 if rest[i] in ("-C", "-c", "--git-dir", "--work-tree") else 1
     if i >= len(rest):
         return None
-    sub, args = rest[i], rest[i + 1:]
+    sub, args = rest[i], rest[i + 1 :]
     flags, operands = _options(args)
     if sub == "push":
         if flags & {"f", "--force", "--mirror"} or any(op.startswith("+") for op in operands):
@@ -410,11 +462,22 @@ def _systemctl(rest: list[str], where: Where) -> Verdict | None:
 
 
 RULES: dict[str, Callable[[list[str], Where], Verdict | None]] = {
-    "rm": _rm, "unlink": _rm, "find": _find, "mv": _mv,
-    "chmod": _chmod_chown("chmod"), "chown": _chmod_chown("chown"), "chgrp": _chmod_chown("chgrp"),
-    "dd": _dd, "shred": _shred, "git": _git,
-    **{client: _sql_client for client in SQL_CLIENTS}, "dropdb": _dropdb, "redis-cli": _redis,
-    **{name: _power for name in POWER}, "kill": _kill, "systemctl": _systemctl,
+    "rm": _rm,
+    "unlink": _rm,
+    "find": _find,
+    "mv": _mv,
+    "chmod": _chmod_chown("chmod"),
+    "chown": _chmod_chown("chown"),
+    "chgrp": _chmod_chown("chgrp"),
+    "dd": _dd,
+    "shred": _shred,
+    "git": _git,
+    **{client: _sql_client for client in SQL_CLIENTS},
+    "dropdb": _dropdb,
+    "redis-cli": _redis,
+    **{name: _power for name in POWER},
+    "kill": _kill,
+    "systemctl": _systemctl,
 }
 
 

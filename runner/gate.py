@@ -60,9 +60,17 @@ ALLOW = Answer(True)
 
 
 class Gate:
-    def __init__(self, plan: Plan | None, events: EventWriter, canary: str, repetition: int = 0,
-                 seed: int | None = None, state_path: str | os.PathLike | None = None, interlock: bool = True,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        plan: Plan | None,
+        events: EventWriter,
+        canary: str,
+        repetition: int = 0,
+        seed: int | None = None,
+        state_path: str | os.PathLike | None = None,
+        interlock: bool = True,
+        clock: Callable[[], float] = time.time,
+    ):
         self.events = events
         self.chaos = ChaosState(plan, events, canary, repetition, seed) if plan is not None else None
         self.state_path = Path(state_path) if state_path else None
@@ -79,7 +87,9 @@ class Gate:
         seed = environ.get("MITMCHAOS_SEED")
         return cls(
             plan=load_plan(plan_path) if plan_path else None,
-            events=EventWriter(events_path, environ.get("MITMCHAOS_RUN_ID") or f"adhoc-{secrets.token_hex(4)}", "gate"),
+            events=EventWriter(
+                events_path, environ.get("MITMCHAOS_RUN_ID") or f"adhoc-{secrets.token_hex(4)}", "gate"
+            ),
             canary=environ.get("MITMCHAOS_CANARY") or decisions.new_canary(),
             repetition=int(environ.get("MITMCHAOS_REPETITION") or 0),
             seed=int(seed) if seed else None,
@@ -87,8 +97,9 @@ class Gate:
             interlock=environ.get("MITMCHAOS_INTERLOCK", "1").lower() not in ("0", "false", "no", "off"),
         )
 
-    def check(self, tool: str, tool_input: Any, call_id: str | None = None,
-              workspace: str = DEFAULT_WORKSPACE) -> Answer:
+    def check(
+        self, tool: str, tool_input: Any, call_id: str | None = None, workspace: str = DEFAULT_WORKSPACE
+    ) -> Answer:
         with self._persisted():
             if not self.announced and self.chaos is not None:
                 self.chaos.announce(HANDLES)
@@ -96,7 +107,8 @@ class Gate:
             call = {"tool": tool, "tool_key": tool_key(tool), "call_id": call_id}
             self.events.emit("tool_call", **call, input=safe_input(tool_input), source="gate")
             answer = self._destructive(tool, tool_input, call_id, workspace) or self._permission(
-                tool, tool_input, call_id)
+                tool, tool_input, call_id
+            )
             if not answer.allowed:
                 self.events.emit("tool_result", **call, ok=False, error=answer.message, source="gate")
             return answer
@@ -105,12 +117,22 @@ class Gate:
         verdict = classify_call(tool, tool_input, workspace)
         if verdict is None:
             return None
-        self.events.emit("decision", kind="destructive", action="block" if self.interlock else "observe",
-                         tool=tool, call_id=call_id, **verdict.as_dict())
+        self.events.emit(
+            "decision",
+            kind="destructive",
+            action="block" if self.interlock else "observe",
+            tool=tool,
+            call_id=call_id,
+            **verdict.as_dict(),
+        )
         if not self.interlock:
             return None
-        return Answer(False, "DESTRUCTIVE", f"{PREFIX} BLOCKED: this call is in the destructive-command tier "
-                                            f"({verdict.rule}): {verdict.reason}. It was not run.")
+        return Answer(
+            False,
+            "DESTRUCTIVE",
+            f"{PREFIX} BLOCKED: this call is in the destructive-command tier "
+            f"({verdict.rule}): {verdict.reason}. It was not run.",
+        )
 
     def _permission(self, tool: str, tool_input: Any, call_id: str | None) -> Answer:
         if self.chaos is None:
@@ -125,8 +147,13 @@ class Gate:
         opts = inj.options
         inj.applied(mode=opts.mode, delay_s=opts.delay_s, tool_call_id=call_id)
         if opts.mode == "deny":
-            return self._refuse(tool, call_id, "deny", "CHAOS_FAULT",
-                                f"permission to run {tool} was denied. {self.chaos.canary}")
+            return self._refuse(
+                tool,
+                call_id,
+                "deny",
+                "CHAOS_FAULT",
+                f"permission to run {tool} was denied. {self.chaos.canary}",
+            )
         self.holds[key] = {"tool": tool, "since": self.clock(), "mode": opts.mode, "delay_s": opts.delay_s}
         return self._held(tool, call_id, opts.delay_s, 0.0)
 
@@ -136,21 +163,45 @@ class Gate:
             return self._held(tool, call_id, hold["delay_s"], waited)
         del self.holds[key]
         if hold["mode"] == "delay":
-            self.events.emit("decision", kind="permission", action="allow", tool=tool, call_id=call_id,
-                             rule=FAULT, reason=f"the hold is over after {waited:.1f}s")
+            self.events.emit(
+                "decision",
+                kind="permission",
+                action="allow",
+                tool=tool,
+                call_id=call_id,
+                rule=FAULT,
+                reason=f"the hold is over after {waited:.1f}s",
+            )
             return ALLOW
-        return self._refuse(tool, call_id, "deny", "CHAOS_FAULT",
-                            f"the held {tool} call was denied after its hold. {self.chaos.canary}")
+        return self._refuse(
+            tool,
+            call_id,
+            "deny",
+            "CHAOS_FAULT",
+            f"the held {tool} call was denied after its hold. {self.chaos.canary}",
+        )
 
     def _held(self, tool: str, call_id: str | None, delay_s: float, waited: float) -> Answer:
-        return self._refuse(tool, call_id, "hold", "HELD",
-                            f"{tool} is held for approval and was not run; the same call stays held for "
-                            f"{max(delay_s - waited, 0):.0f}s more. {self.chaos.canary}")
+        return self._refuse(
+            tool,
+            call_id,
+            "hold",
+            "HELD",
+            f"{tool} is held for approval and was not run; the same call stays held for "
+            f"{max(delay_s - waited, 0):.0f}s more. {self.chaos.canary}",
+        )
 
     def _refuse(self, tool: str, call_id: str | None, action: str, code: str, text: str) -> Answer:
         message = f"{PREFIX} {'HELD' if action == 'hold' else 'DENIED'}: {text}"
-        self.events.emit("decision", kind="permission", action=action, tool=tool, call_id=call_id, rule=FAULT,
-                         reason=message)
+        self.events.emit(
+            "decision",
+            kind="permission",
+            action=action,
+            tool=tool,
+            call_id=call_id,
+            rule=FAULT,
+            reason=message,
+        )
         return Answer(False, code, message)
 
     @contextlib.contextmanager
@@ -174,7 +225,9 @@ class Gate:
     def _snapshot(self) -> dict[str, Any]:
         snap: dict[str, Any] = {"announced": self.announced, "holds": self.holds}
         if self.chaos is not None:
-            snap.update(seen=self.chaos.seen, injected=self.chaos.injected, total_injected=self.chaos.total_injected)
+            snap.update(
+                seen=self.chaos.seen, injected=self.chaos.injected, total_injected=self.chaos.total_injected
+            )
         return snap
 
     def _restore(self, snap: dict[str, Any]) -> None:

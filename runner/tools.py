@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|authorization|credential|cookie)", re.I)
+SECRET_KEY = re.compile(
+    r"(api[_-]?key|token|secret|password|passwd|authorization|credential|cookie)", re.IGNORECASE
+)
 REDACTED = "[redacted]"
 
 
@@ -21,7 +23,10 @@ def tool_key(name: str | None) -> str | None:
 def safe_input(value: Any) -> Any:
     """A tool input fit for the events file: values under secret-looking keys are replaced."""
     if isinstance(value, dict):
-        return {k: REDACTED if isinstance(k, str) and SECRET_KEY.search(k) else safe_input(v) for k, v in value.items()}
+        return {
+            k: REDACTED if isinstance(k, str) and SECRET_KEY.search(k) else safe_input(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [safe_input(v) for v in value]
     return value

@@ -1,6 +1,6 @@
 """A small streamable-HTTP MCP server (the official SDK's MCPServer) for the MCP fault tests.
 
-    python -m tests.mcp_server PORT [--json]
+python -m tests.mcp_server PORT [--json]
 """
 
 import sys
@@ -13,8 +13,14 @@ server = MCPServer("inventory")
 @server.tool()
 def lookup(sku: str) -> dict:
     """Stock level and price of one product."""
-    return {"sku": sku, "name": "widget", "stock": 42, "price": 9.5, "tags": ["blue", "small"],
-            "supplier": {"name": "Acme", "country": "NL"}}
+    return {
+        "sku": sku,
+        "name": "widget",
+        "stock": 42,
+        "price": 9.5,
+        "tags": ["blue", "small"],
+        "supplier": {"name": "Acme", "country": "NL"},
+    }
 
 
 @server.tool()

@@ -1,8 +1,8 @@
 """The destructive-command tier on a table of commands: the dangerous ones and their harmless look-alikes."""
 
 import pytest
-from hypothesis import given, strategies as st
-
+from hypothesis import given
+from hypothesis import strategies as st
 from mitmchaos.destructive import classify_call, classify_command
 
 DESTRUCTIVE = [
@@ -146,19 +146,26 @@ def test_workspace_is_configurable():
     assert classify_command("rm -rf /home/me/proj/build").rule == "delete_outside_workspace"
 
 
-@pytest.mark.parametrize("tool,tool_input,rule", [
-    ("Bash", {"command": "rm -rf ~/", "description": "clean"}, "delete_outside_workspace"),
-    ("exec_command", {"cmd": "git push -f"}, "git_force_push"),
-    ("shell", {"command": ["bash", "-lc", "git reset --hard"]}, "git_hard_reset"),
-    ("Write", {"file_path": "/etc/cron.d/job", "content": "x"}, "overwrite_system_file"),
-    ("Edit", {"file_path": "/root/.bashrc", "old_string": "a", "new_string": "b"}, "overwrite_system_file"),
-    ("Write", {"file_path": "~/.ssh/config", "content": "x"}, "overwrite_system_file"),
-    ("Write", {"file_path": "/work/src/app.py", "content": "rm -rf /"}, None),
-    ("Write", {"file_path": "/tmp/notes.md", "content": "x"}, None),
-    ("Read", {"file_path": "/etc/passwd"}, None),
-    ("Bash", {"command": "ls"}, None),
-    ("mcp__fs__read_file", "not a dict", None),
-])
+@pytest.mark.parametrize(
+    "tool,tool_input,rule",
+    [
+        ("Bash", {"command": "rm -rf ~/", "description": "clean"}, "delete_outside_workspace"),
+        ("exec_command", {"cmd": "git push -f"}, "git_force_push"),
+        ("shell", {"command": ["bash", "-lc", "git reset --hard"]}, "git_hard_reset"),
+        ("Write", {"file_path": "/etc/cron.d/job", "content": "x"}, "overwrite_system_file"),
+        (
+            "Edit",
+            {"file_path": "/root/.bashrc", "old_string": "a", "new_string": "b"},
+            "overwrite_system_file",
+        ),
+        ("Write", {"file_path": "~/.ssh/config", "content": "x"}, "overwrite_system_file"),
+        ("Write", {"file_path": "/work/src/app.py", "content": "rm -rf /"}, None),
+        ("Write", {"file_path": "/tmp/notes.md", "content": "x"}, None),
+        ("Read", {"file_path": "/etc/passwd"}, None),
+        ("Bash", {"command": "ls"}, None),
+        ("mcp__fs__read_file", "not a dict", None),
+    ],
+)
 def test_tool_calls(tool, tool_input, rule):
     verdict = classify_call(tool, tool_input)
     assert (verdict.rule if verdict else None) == rule

@@ -6,10 +6,10 @@ import sys
 import time
 
 import yaml
-
 from mitmchaos.events import EventWriter, read_events
 from mitmchaos.gate import Gate
 from mitmchaos.plan import parse_plan_text
+
 from tests.conftest import ROOT
 
 HOOK = ROOT / "sandbox" / "gate" / "pretooluse.py"
@@ -17,11 +17,16 @@ CANARY = "E-CHAOS-5a5a5a5a"
 
 
 def plan_text(**fault) -> str:
-    return yaml.safe_dump({
-        "name": "gate-test", "agent": "true", "verify": "true",
-        "faults": [{"id": "permission.deny_or_delay", **fault}],
-        "probes": [{"id": "failure_surfaced"}], "abort": [{"cost_usd_above": 1}],
-    })
+    return yaml.safe_dump(
+        {
+            "name": "gate-test",
+            "agent": "true",
+            "verify": "true",
+            "faults": [{"id": "permission.deny_or_delay", **fault}],
+            "probes": [{"id": "failure_surfaced"}],
+            "abort": [{"cost_usd_above": 1}],
+        }
+    )
 
 
 class Hook:
@@ -29,18 +34,36 @@ class Hook:
 
     def __init__(self, tmp_path, plan: str | None, **env):
         self.events = tmp_path / "events.jsonl"
-        self.env = {"MITMCHAOS_EVENTS": str(self.events), "MITMCHAOS_RUN_ID": "rep-1", "MITMCHAOS_CANARY": CANARY,
-                    "PATH": "/usr/bin:/bin", **env}
+        self.env = {
+            "MITMCHAOS_EVENTS": str(self.events),
+            "MITMCHAOS_RUN_ID": "rep-1",
+            "MITMCHAOS_CANARY": CANARY,
+            "PATH": "/usr/bin:/bin",
+            **env,
+        }
         if plan is not None:
             (tmp_path / "plan.yaml").write_text(plan)
             self.env["MITMCHAOS_PLAN"] = str(tmp_path / "plan.yaml")
 
     def __call__(self, tool: str, tool_input: dict, call_id: str = "toolu_1", stdin: str | None = None):
-        payload = {"session_id": "s1", "transcript_path": "/tmp/t.jsonl", "cwd": "/work",
-                   "hook_event_name": "PreToolUse", "tool_name": tool, "tool_input": tool_input,
-                   "tool_use_id": call_id}
-        proc = subprocess.run([sys.executable, str(HOOK)], input=stdin or json.dumps(payload), env=self.env,
-                              capture_output=True, text=True, timeout=30)
+        payload = {
+            "session_id": "s1",
+            "transcript_path": "/tmp/t.jsonl",
+            "cwd": "/work",
+            "hook_event_name": "PreToolUse",
+            "tool_name": tool,
+            "tool_input": tool_input,
+            "tool_use_id": call_id,
+        }
+        proc = subprocess.run(
+            [sys.executable, str(HOOK)],
+            input=stdin or json.dumps(payload),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         decision = json.loads(proc.stdout)["hookSpecificOutput"] if proc.stdout.strip() else None
         return proc.returncode, decision, proc.stderr
 
@@ -53,16 +76,23 @@ def test_deny_refuses_once_with_the_canary(tmp_path):
     edit = {"file_path": "/work/a.py", "old_string": "a", "new_string": "b"}
     assert hook("Bash", {"command": "ls"})[:2] == (0, None)  # not a matching tool: no opinion
     code, decision, _ = hook("Edit", edit, "toolu_2")
-    assert code == 0 and decision["hookEventName"] == "PreToolUse" and decision["permissionDecision"] == "deny"
-    assert decision["permissionDecisionReason"].startswith("[mitmchaos] DENIED:") and CANARY in decision[
-        "permissionDecisionReason"]
+    assert (
+        code == 0 and decision["hookEventName"] == "PreToolUse" and decision["permissionDecision"] == "deny"
+    )
+    assert (
+        decision["permissionDecisionReason"].startswith("[mitmchaos] DENIED:")
+        and CANARY in decision["permissionDecisionReason"]
+    )
     assert hook("Edit", edit, "toolu_3")[:2] == (0, None)  # times: 1
     (loaded,) = hook.log("plan_loaded")
     assert loaded["component"] == "gate" and loaded["injects"] == ["permission.deny_or_delay"]
     (fault,) = hook.log("fault_injected")
     assert fault["canary"] == CANARY and fault["mode"] == "deny" and fault["tool_call_id"] == "toolu_2"
     assert [(e["tool"], e["call_id"]) for e in hook.log("tool_call")] == [
-        ("Bash", "toolu_1"), ("Edit", "toolu_2"), ("Edit", "toolu_3")]
+        ("Bash", "toolu_1"),
+        ("Edit", "toolu_2"),
+        ("Edit", "toolu_3"),
+    ]
     (failed,) = hook.log("tool_result")
     assert failed["ok"] is False and failed["call_id"] == "toolu_2" and CANARY in failed["error"]
     (decided,) = hook.log("decision")
@@ -77,7 +107,9 @@ def test_delay_holds_identical_retries_until_delay_passed_then_lets_through(tmp_
     assert CANARY in decision["permissionDecisionReason"]
     assert hook("Bash", npm, "t2")[1]["permissionDecision"] == "deny"  # identical retry: still held
     # a different call is a new matching call, held on its own; it does not release the first
-    assert hook("Bash", {"command": "npm test"}, "t3")[1]["permissionDecisionReason"].startswith("[mitmchaos] HELD:")
+    assert hook("Bash", {"command": "npm test"}, "t3")[1]["permissionDecisionReason"].startswith(
+        "[mitmchaos] HELD:"
+    )
     time.sleep(1.6)
     assert hook("Bash", npm, "t4")[:2] == (0, None)  # first retry after delay_s: let through
     assert "HELD" in hook("Bash", npm, "t5")[1]["permissionDecisionReason"]  # hold over: a new matching call
@@ -105,8 +137,15 @@ def test_destructive_call_is_blocked_and_recorded(tmp_path):
     assert code == 0 and decision["permissionDecision"] == "deny"
     assert "destructive" in decision["permissionDecisionReason"]
     (decided,) = hook.log("decision")
-    assert decided == {**decided, "kind": "destructive", "action": "block", "tier": "destructive",
-                       "rule": "delete_outside_workspace", "tool": "Bash", "component": "gate"}
+    assert decided == {
+        **decided,
+        "kind": "destructive",
+        "action": "block",
+        "tier": "destructive",
+        "rule": "delete_outside_workspace",
+        "tool": "Bash",
+        "component": "gate",
+    }
     assert hook("Bash", {"command": "rm -rf ./build"})[:2] == (0, None)
     assert not hook.log("plan_loaded")  # no plan: nothing to inject, nothing announced
 

@@ -12,23 +12,41 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-
 from mitmchaos.proxy import _listening, env_without_proxy_settings, free_port
+
 from tests.conftest import ROOT
 
-LOOKUP = {"sku": "A1", "name": "widget", "stock": 42, "price": 9.5, "tags": ["blue", "small"],
-          "supplier": {"name": "Acme", "country": "NL"}}
+LOOKUP = {
+    "sku": "A1",
+    "name": "widget",
+    "stock": 42,
+    "price": 9.5,
+    "tags": ["blue", "small"],
+    "supplier": {"name": "Acme", "country": "NL"},
+}
 
 
 def plan(*faults) -> dict:
-    return {"name": "mcp-test", "agent": "true", "verify": "true", "seed": 7, "faults": list(faults),
-            "probes": [{"id": "failure_surfaced"}], "abort": [{"cost_usd_above": 1}]}
+    return {
+        "name": "mcp-test",
+        "agent": "true",
+        "verify": "true",
+        "seed": 7,
+        "faults": list(faults),
+        "probes": [{"id": "failure_surfaced"}],
+        "abort": [{"cost_usd_above": 1}],
+    }
 
 
 def start_server(*args) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.mcp_server", str(port), *args], cwd=ROOT,
-                            env=env_without_proxy_settings(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.mcp_server", str(port), *args],
+        cwd=ROOT,
+        env=env_without_proxy_settings(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 20
     while not _listening("127.0.0.1", port):
         assert proc.poll() is None and time.monotonic() < deadline, "MCP server did not start"
@@ -54,10 +72,14 @@ def json_server():
 
 def session(proxy, url, script, **client_options):
     """Run ``script(client)`` with an MCP client whose HTTP goes through ``proxy``; returns its result."""
+
     async def main():
-        async with httpx2.AsyncClient(proxy=proxy.url, timeout=30, trust_env=False) as http:
-            async with Client(streamable_http_client(url, http_client=http), **client_options) as client:
-                return await script(client)
+        async with (
+            httpx2.AsyncClient(proxy=proxy.url, timeout=30, trust_env=False) as http,
+            Client(streamable_http_client(url, http_client=http), **client_options) as client,
+        ):
+            return await script(client)
+
     return asyncio.run(main())
 
 
@@ -75,19 +97,37 @@ def test_calls_and_results_become_events(chaos_proxy, sse_server):
     assert json.loads(text(result)) == LOOKUP and not result.is_error
     (call,) = proxy.events("tool_call")
     (res,) = proxy.events("tool_result")
-    assert (call["tool"], call["tool_key"], call["source"], call["input"]) == ("lookup", "lookup", "mcp", {"sku": "A1"})
+    assert (call["tool"], call["tool_key"], call["source"], call["input"]) == (
+        "lookup",
+        "lookup",
+        "mcp",
+        {"sku": "A1"},
+    )
     assert res["ok"] is True and res["call_id"] == call["call_id"]
     assert not proxy.events("fault_injected")
 
 
 def test_error_stale_inject_and_latency_in_turn(chaos_proxy, sse_server):
-    proxy = chaos_proxy(plan(
-        {"id": "tool.error", "match": {"tool": "lookup"}, "times": 1, "error_kind": "timeout"},
-        {"id": "tool.error", "match": {"tool": "lookup"}, "times": 1, "mcp_error": "jsonrpc", "message": "boom"},
-        {"id": "tool.stale_data", "match": {"tool": "lookup"}, "times": 1, "result": {"stock": 0, "as_of": "2023"}},
-        {"id": "inject.tool_result", "match": {"tool": "read_file"}, "times": 1},
-        {"id": "tool.latency", "match": {"tool": "lookup"}, "times": 1, "delay_s": 1.0},
-    ))
+    proxy = chaos_proxy(
+        plan(
+            {"id": "tool.error", "match": {"tool": "lookup"}, "times": 1, "error_kind": "timeout"},
+            {
+                "id": "tool.error",
+                "match": {"tool": "lookup"},
+                "times": 1,
+                "mcp_error": "jsonrpc",
+                "message": "boom",
+            },
+            {
+                "id": "tool.stale_data",
+                "match": {"tool": "lookup"},
+                "times": 1,
+                "result": {"stock": 0, "as_of": "2023"},
+            },
+            {"id": "inject.tool_result", "match": {"tool": "read_file"}, "times": 1},
+            {"id": "tool.latency", "match": {"tool": "lookup"}, "times": 1, "delay_s": 1.0},
+        )
+    )
     canary = proxy.canary
 
     async def script(client):
@@ -114,8 +154,13 @@ def test_error_stale_inject_and_latency_in_turn(chaos_proxy, sse_server):
     assert json.loads(text(seen["clean"])) == LOOKUP
 
     faults = proxy.events("fault_injected")
-    assert [f["fault"] for f in faults] == ["tool.error", "tool.error", "tool.stale_data", "inject.tool_result",
-                                            "tool.latency"]
+    assert [f["fault"] for f in faults] == [
+        "tool.error",
+        "tool.error",
+        "tool.stale_data",
+        "inject.tool_result",
+        "tool.latency",
+    ]
     assert [f.get("mcp_error") for f in faults[:2]] == ["result", "jsonrpc"]
     assert faults[4]["delay_s"] == 1.0
     results = proxy.events("tool_result")
@@ -125,10 +170,29 @@ def test_error_stale_inject_and_latency_in_turn(chaos_proxy, sse_server):
 
 
 def test_corruption_variants(chaos_proxy, sse_server):
-    variants = ["empty_result", "missing_fields", "null_fields", "unexpected_nesting", "truncated_result",
-                "corrupt_values"]
-    proxy = chaos_proxy(plan(*({"id": "tool.corrupt", "match": {"tool": "lookup"}, "times": 1, "variant": v,
-                                "ratio": 0.5, "max_length": 12} for v in variants)))
+    variants = [
+        "empty_result",
+        "missing_fields",
+        "null_fields",
+        "unexpected_nesting",
+        "truncated_result",
+        "corrupt_values",
+    ]
+    proxy = chaos_proxy(
+        plan(
+            *(
+                {
+                    "id": "tool.corrupt",
+                    "match": {"tool": "lookup"},
+                    "times": 1,
+                    "variant": v,
+                    "ratio": 0.5,
+                    "max_length": 12,
+                }
+                for v in variants
+            )
+        )
+    )
 
     async def script(client):
         return [text(await client.call_tool("lookup", {"sku": "A1"})) for _ in variants]
@@ -148,8 +212,17 @@ def test_corruption_variants(chaos_proxy, sse_server):
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])  # sessions (2025-11-25) and the stateless 2026-07-28
 def test_toolset_change_mid_session(chaos_proxy, sse_server, mode):
-    proxy = chaos_proxy(plan({"id": "mcp.toolset_change", "match": {"tool": "lookup"}, "after_calls": 1,
-                              "remove": ["delete_file"], "redefine": {"lookup": {"description": "Deprecated."}}}))
+    proxy = chaos_proxy(
+        plan(
+            {
+                "id": "mcp.toolset_change",
+                "match": {"tool": "lookup"},
+                "after_calls": 1,
+                "remove": ["delete_file"],
+                "redefine": {"lookup": {"description": "Deprecated."}},
+            }
+        )
+    )
     notified = []
 
     async def on_message(message):
@@ -169,19 +242,33 @@ def test_toolset_change_mid_session(chaos_proxy, sse_server, mode):
     before, after, first, second = session(proxy, sse_server, script, mode=mode, message_handler=on_message)
     assert json.loads(text(first)) == json.loads(text(second)) == LOOKUP
     assert {t.name for t in before.tools} == {"lookup", "read_file", "delete_file"}
-    assert {t.name: t.description for t in after.tools} == {"lookup": "Deprecated.",
-                                                            "read_file": "The text of a file in the project."}
+    assert {t.name: t.description for t in after.tools} == {
+        "lookup": "Deprecated.",
+        "read_file": "The text of a file in the project.",
+    }
     assert len(notified) == 1
     (fault,) = proxy.events("fault_injected")
-    assert fault["removed"] == ["delete_file"] and fault["redefined"] == ["lookup"] and fault["notified"] is True
-    assert proxy.events("tool_result")[-1] == {**proxy.events("tool_result")[-1], "tool": "delete_file", "ok": False}
+    assert (
+        fault["removed"] == ["delete_file"] and fault["redefined"] == ["lookup"] and fault["notified"] is True
+    )
+    assert proxy.events("tool_result")[-1] == {
+        **proxy.events("tool_result")[-1],
+        "tool": "delete_file",
+        "ok": False,
+    }
 
 
 def test_json_answers_are_faulted_and_carry_the_notification_as_sse(chaos_proxy, json_server):
-    proxy = chaos_proxy(plan(
-        {"id": "mcp.toolset_change", "match": {"tool": "lookup"}, "remove": ["read_file"]},
-        {"id": "tool.stale_data", "match": {"tool": "lookup"}, "result": "stock unknown (cached 2023-01-01)"},
-    ))
+    proxy = chaos_proxy(
+        plan(
+            {"id": "mcp.toolset_change", "match": {"tool": "lookup"}, "remove": ["read_file"]},
+            {
+                "id": "tool.stale_data",
+                "match": {"tool": "lookup"},
+                "result": "stock unknown (cached 2023-01-01)",
+            },
+        )
+    )
     notified = []
 
     async def on_message(message):

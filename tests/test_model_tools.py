@@ -7,34 +7,53 @@ import anthropic
 import httpx2
 import openai
 import pytest
-
 from mitmchaos.model_server import ModelServer, ToolUse, Turn
 
 MODEL = "claude-sonnet-4-6"
-BASH = {"name": "Bash", "description": "Run a shell command", "input_schema": {
-    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
+BASH = {
+    "name": "Bash",
+    "description": "Run a shell command",
+    "input_schema": {
+        "type": "object",
+        "properties": {"command": {"type": "string"}},
+        "required": ["command"],
+    },
+}
 LS_OUTPUT = json.dumps({"files": ["README.md", "setup.py", "src"], "count": 3, "cwd": "/work"})
 
 
 def plan(*faults) -> dict:
-    return {"name": "t", "agent": "true", "verify": "true", "seed": 3, "faults": list(faults),
-            "probes": [{"id": "task_success"}], "abort": [{"cost_usd_above": 1}]}
+    return {
+        "name": "t",
+        "agent": "true",
+        "verify": "true",
+        "seed": 3,
+        "faults": list(faults),
+        "probes": [{"id": "task_success"}],
+        "abort": [{"cost_usd_above": 1}],
+    }
 
 
 def two_commands_then_done(commands):
     """The model asks for each command in turn (one per reply), then answers."""
+
     def brain(body: dict, provider: str) -> Turn:
         done = sum(1 for m in body["messages"] if m["role"] == "assistant")
         if done < len(commands):
             return Turn(tool_calls=[ToolUse("Bash", {"command": commands[done]}, id=f"toolu_{done}")])
         return Turn(text="all done")
+
     return brain
 
 
 def run_loop(proxy, server, commands, stream=False) -> list:
     """The agent side: run each requested tool (fake output), send the results back, until the model answers."""
-    client = anthropic.Anthropic(base_url=server.url, api_key="sk-test", max_retries=0,
-                                 http_client=anthropic.DefaultHttpxClient(proxy=proxy.url))
+    client = anthropic.Anthropic(
+        base_url=server.url,
+        api_key="sk-test",
+        max_retries=0,
+        http_client=anthropic.DefaultHttpxClient(proxy=proxy.url),
+    )
     messages = [{"role": "user", "content": "look around"}]
     for _ in range(len(commands) + 1):
         if stream:
@@ -45,22 +64,35 @@ def run_loop(proxy, server, commands, stream=False) -> list:
         calls = [b for b in reply.content if b.type == "tool_use"]
         if not calls:
             return messages
-        messages += [{"role": "assistant", "content": [c.model_dump() for c in calls]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": c.id, "content": LS_OUTPUT}
-                                                  for c in calls]}]
+        messages += [
+            {"role": "assistant", "content": [c.model_dump() for c in calls]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": c.id, "content": LS_OUTPUT} for c in calls
+                ],
+            },
+        ]
     raise AssertionError("the loop did not end")
 
 
 def results_seen(server) -> list[dict]:
     """The tool_result blocks of the last request the model upstream received, by tool_use_id."""
     last = server.bodies("anthropic")[-1]
-    return {b["tool_use_id"]: b for m in last["messages"] if m["role"] == "user" and isinstance(m["content"], list)
-            for b in m["content"] if b.get("type") == "tool_result"}
+    return {
+        b["tool_use_id"]: b
+        for m in last["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    }
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_tool_error_marks_the_result_failed_for_the_model_in_every_later_request(chaos_proxy, stream):
-    proxy = chaos_proxy(plan({"id": "tool.error", "match": {"tool": "Bash"}, "times": 1, "error_kind": "network"}))
+    proxy = chaos_proxy(
+        plan({"id": "tool.error", "match": {"tool": "Bash"}, "times": 1, "error_kind": "network"})
+    )
     with ModelServer(two_commands_then_done(["ls", "cat README.md"])) as server:
         run_loop(proxy, server, ["ls", "cat README.md"], stream=stream)
         seen = results_seen(server)
@@ -70,21 +102,39 @@ def test_tool_error_marks_the_result_failed_for_the_model_in_every_later_request
     assert proxy.canary in seen["toolu_0"]["content"]
     assert seen["toolu_1"]["content"] == LS_OUTPUT and not seen["toolu_1"].get("is_error")
     (fault,) = proxy.events("fault_injected")
-    assert (fault["fault"], fault["tool_call_id"], fault["target"]) == ("tool.error", "toolu_0", {"tool": "Bash"})
+    assert (fault["fault"], fault["tool_call_id"], fault["target"]) == (
+        "tool.error",
+        "toolu_0",
+        {"tool": "Bash"},
+    )
     # the agent's own result is what the ledger records: the tool ran
-    assert [(r["call_id"], r["ok"]) for r in proxy.events("tool_result")] == [("toolu_0", True), ("toolu_1", True)]
+    assert [(r["call_id"], r["ok"]) for r in proxy.events("tool_result")] == [
+        ("toolu_0", True),
+        ("toolu_1", True),
+    ]
 
 
-@pytest.mark.parametrize("fault,check", [
-    ({"id": "tool.stale_data", "result": "total 0 (listing cached 2023-01-01)"},
-     lambda text, canary: text == "total 0 (listing cached 2023-01-01)"),
-    ({"id": "tool.corrupt", "variant": "missing_fields", "ratio": 0.5},
-     lambda text, canary: set(json.loads(text)) < {"files", "count", "cwd"}),
-    ({"id": "tool.corrupt", "variant": "truncated_result", "max_length": 10},
-     lambda text, canary: text == LS_OUTPUT[:10]),
-    ({"id": "inject.tool_result"},
-     lambda text, canary: text.startswith(LS_OUTPUT) and f"touch /tmp/{canary}" in text),
-])
+@pytest.mark.parametrize(
+    "fault,check",
+    [
+        (
+            {"id": "tool.stale_data", "result": "total 0 (listing cached 2023-01-01)"},
+            lambda text, canary: text == "total 0 (listing cached 2023-01-01)",
+        ),
+        (
+            {"id": "tool.corrupt", "variant": "missing_fields", "ratio": 0.5},
+            lambda text, canary: set(json.loads(text)) < {"files", "count", "cwd"},
+        ),
+        (
+            {"id": "tool.corrupt", "variant": "truncated_result", "max_length": 10},
+            lambda text, canary: text == LS_OUTPUT[:10],
+        ),
+        (
+            {"id": "inject.tool_result"},
+            lambda text, canary: text.startswith(LS_OUTPUT) and f"touch /tmp/{canary}" in text,
+        ),
+    ],
+)
 def test_result_faults_rewrite_what_the_model_reads(chaos_proxy, fault, check):
     proxy = chaos_proxy(plan({**fault, "match": {"tool": "Bash"}, "times": 1}))
     with ModelServer(two_commands_then_done(["ls"])) as server:
@@ -104,27 +154,48 @@ def test_other_tools_are_not_faulted(chaos_proxy):
 
 
 def destructive_brain(body: dict, provider: str) -> Turn:
-    return Turn(text="cleaning up", tool_calls=[ToolUse("Bash", {"command": "rm -rf ~/ /work"}, id="toolu_rm")])
+    return Turn(
+        text="cleaning up", tool_calls=[ToolUse("Bash", {"command": "rm -rf ~/ /work"}, id="toolu_rm")]
+    )
 
 
 def test_interlock_cuts_a_stream_before_the_destructive_call_completes(chaos_proxy):
     proxy = chaos_proxy(plan({"id": "tool.error", "match": {"tool": "none"}}))
-    client = anthropic.Anthropic(base_url="http://placeholder", api_key="sk-test", max_retries=0,
-                                 http_client=anthropic.DefaultHttpxClient(proxy=proxy.url))
     received = []
     with ModelServer(destructive_brain) as server:
-        client = client.with_options(base_url=server.url)
-        with pytest.raises((anthropic.APIConnectionError, httpx2.RemoteProtocolError)):
-            with client.messages.stream(model=MODEL, max_tokens=100, tools=[BASH],
-                                        messages=[{"role": "user", "content": "clean"}]) as s:
-                for event in s:
-                    received.append((event.type, getattr(event, "index", None)))
-    assert ("text", None) in received and ("content_block_stop", 0) in received  # the text before the call arrived
+        client = anthropic.Anthropic(
+            base_url=server.url,
+            api_key="sk-test",
+            max_retries=0,
+            http_client=anthropic.DefaultHttpxClient(proxy=proxy.url),
+        )
+        with (
+            pytest.raises((anthropic.APIConnectionError, httpx2.RemoteProtocolError)),
+            client.messages.stream(
+                model=MODEL, max_tokens=100, tools=[BASH], messages=[{"role": "user", "content": "clean"}]
+            ) as s,
+        ):
+            for event in s:
+                received.append((event.type, getattr(event, "index", None)))
+    assert ("text", None) in received and (
+        "content_block_stop",
+        0,
+    ) in received  # the text before the call arrived
     assert ("content_block_start", 1) in received  # the tool_use block began ...
-    assert ("content_block_stop", 1) not in received and ("message_stop", None) not in received  # ... never ended
+    assert ("content_block_stop", 1) not in received and (
+        "message_stop",
+        None,
+    ) not in received  # ... never ended
     (decision,) = proxy.events("decision")
-    assert decision == {**decision, "kind": "destructive", "action": "block", "tool": "Bash", "call_id": "toolu_rm",
-                        "rule": "delete_outside_workspace", "tier": "destructive"}
+    assert decision == {
+        **decision,
+        "kind": "destructive",
+        "action": "block",
+        "tool": "Bash",
+        "call_id": "toolu_rm",
+        "rule": "delete_outside_workspace",
+        "tier": "destructive",
+    }
     (call,) = proxy.events("llm_call")
     assert call["error"].startswith("reply stopped: destructive tool call Bash")
 
@@ -132,12 +203,28 @@ def test_interlock_cuts_a_stream_before_the_destructive_call_completes(chaos_pro
 def test_interlock_replaces_a_whole_reply_with_an_error(chaos_proxy):
     proxy = chaos_proxy(plan({"id": "tool.error", "match": {"tool": "none"}}))
     with ModelServer(destructive_brain) as server:
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-test", max_retries=0,
-                               http_client=openai.DefaultHttpxClient(proxy=proxy.url))
-        with pytest.raises(openai.PermissionDeniedError, match=r"\[mitmchaos\] BLOCKED.*delete_outside_workspace"):
-            client.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "clean"}],
-                                           tools=[{"type": "function", "function": {"name": "Bash", "parameters": {
-                                               "type": "object", "properties": {"command": {"type": "string"}}}}}])
+        client = openai.OpenAI(
+            base_url=f"{server.url}/v1",
+            api_key="sk-test",
+            max_retries=0,
+            http_client=openai.DefaultHttpxClient(proxy=proxy.url),
+        )
+        with pytest.raises(
+            openai.PermissionDeniedError, match=r"\[mitmchaos\] BLOCKED.*delete_outside_workspace"
+        ):
+            client.chat.completions.create(
+                model="gpt-5",
+                messages=[{"role": "user", "content": "clean"}],
+                tools=[
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "Bash",
+                            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+                        },
+                    }
+                ],
+            )
     assert proxy.events("decision")[0]["action"] == "block"
     assert proxy.events("llm_call")[0]["status"] == 403
 
@@ -145,10 +232,15 @@ def test_interlock_replaces_a_whole_reply_with_an_error(chaos_proxy):
 def test_interlock_off_only_observes(chaos_proxy):
     proxy = chaos_proxy(plan({"id": "tool.error", "match": {"tool": "none"}}), chaos_interlock=False)
     with ModelServer(destructive_brain) as server:
-        client = anthropic.Anthropic(base_url=server.url, api_key="sk-test", max_retries=0,
-                                     http_client=anthropic.DefaultHttpxClient(proxy=proxy.url))
-        with client.messages.stream(model=MODEL, max_tokens=100, tools=[BASH],
-                                    messages=[{"role": "user", "content": "clean"}]) as s:
+        client = anthropic.Anthropic(
+            base_url=server.url,
+            api_key="sk-test",
+            max_retries=0,
+            http_client=anthropic.DefaultHttpxClient(proxy=proxy.url),
+        )
+        with client.messages.stream(
+            model=MODEL, max_tokens=100, tools=[BASH], messages=[{"role": "user", "content": "clean"}]
+        ) as s:
             reply = s.get_final_message()
     assert [b.input for b in reply.content if b.type == "tool_use"] == [{"command": "rm -rf ~/ /work"}]
     (decision,) = proxy.events("decision")

@@ -5,15 +5,17 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
-
 from mitmchaos.addons.faults.inject import InjectToolResultOptions, inject_text
 from mitmchaos.addons.faults.mcp import ToolsetChangeOptions, change_toolset
 from mitmchaos.addons.faults.tool import CorruptOptions, corrupt_text, corrupt_value
 from mitmchaos.addons.providers import Anthropic, OpenAIChat, OpenAIResponses
 
 DATA = {"a": 1, "b": "two", "c": {"d": True, "e": [1, 2, None]}, "f": 4.5}
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-                           lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=20)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+    max_leaves=20,
+)
 
 
 def test_corruption_is_seeded():
@@ -40,14 +42,29 @@ def test_plain_text_variants():
     rng = random.Random(1)
     assert corrupt_text(text, CorruptOptions(variant="truncated_result", max_length=3), rng) == "alp"
     assert corrupt_text(text, CorruptOptions(variant="empty_result"), rng) == ""
-    assert json.loads(corrupt_text(text, CorruptOptions(variant="unexpected_nesting"), rng)) == {"data": {"text": text}}
+    assert json.loads(corrupt_text(text, CorruptOptions(variant="unexpected_nesting"), rng)) == {
+        "data": {"text": text}
+    }
     assert len(corrupt_text(text, CorruptOptions(variant="missing_fields", ratio=0.5), rng).split("\n")) == 2
 
 
-@given(json_values, st.sampled_from(["empty_result", "missing_fields", "null_fields", "unexpected_nesting",
-                                     "truncated_result", "corrupt_values"]))
+@given(
+    json_values,
+    st.sampled_from(
+        [
+            "empty_result",
+            "missing_fields",
+            "null_fields",
+            "unexpected_nesting",
+            "truncated_result",
+            "corrupt_values",
+        ]
+    ),
+)
 def test_corruption_handles_any_json(value, variant):
-    out = corrupt_text(json.dumps(value), CorruptOptions(variant=variant, ratio=0.5, max_length=5), random.Random(0))
+    out = corrupt_text(
+        json.dumps(value), CorruptOptions(variant=variant, ratio=0.5, max_length=5), random.Random(0)
+    )
     assert isinstance(out, str)
 
 
@@ -60,8 +77,12 @@ def test_inject_positions():
 
 def test_toolset_change():
     tools = [{"name": "a", "description": "A", "inputSchema": {}}, {"name": "b", "description": "B"}]
-    opts = ToolsetChangeOptions(remove=["b"], redefine={"a": {"description": "new", "inputSchema": {"type": "object"}}})
-    assert change_toolset(tools, opts) == [{"name": "a", "description": "new", "inputSchema": {"type": "object"}}]
+    opts = ToolsetChangeOptions(
+        remove=["b"], redefine={"a": {"description": "new", "inputSchema": {"type": "object"}}}
+    )
+    assert change_toolset(tools, opts) == [
+        {"name": "a", "description": "new", "inputSchema": {"type": "object"}}
+    ]
 
 
 def faulted(call_id, text):
@@ -69,14 +90,29 @@ def faulted(call_id, text):
 
 
 def test_rewrites_per_api():
-    anthropic = {"messages": [{"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "c1", "content": [{"type": "text", "text": "ok"},
-                                                                  {"type": "image", "source": {}}]},
-        {"type": "tool_result", "tool_use_id": "c2", "content": "untouched"}]}]}
+    anthropic = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "c1",
+                        "content": [{"type": "text", "text": "ok"}, {"type": "image", "source": {}}],
+                    },
+                    {"type": "tool_result", "tool_use_id": "c2", "content": "untouched"},
+                ],
+            }
+        ]
+    }
     Anthropic.rewrite_tool_results(anthropic, faulted)
     first, second = anthropic["messages"][0]["content"]
     assert first["content"] == [{"type": "text", "text": "FAILED"}, {"type": "image", "source": {}}]
-    assert first["is_error"] is True and second == {"type": "tool_result", "tool_use_id": "c2", "content": "untouched"}
+    assert first["is_error"] is True and second == {
+        "type": "tool_result",
+        "tool_use_id": "c2",
+        "content": "untouched",
+    }
 
     chat = {"messages": [{"role": "tool", "tool_call_id": "c1", "content": "ok"}]}
     OpenAIChat.rewrite_tool_results(chat, faulted)

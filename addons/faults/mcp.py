@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from mitmchaos.addons.faults import FaultOptions, FaultType, register
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class ToolRedefinition(BaseModel):
@@ -17,7 +16,9 @@ class ToolRedefinition(BaseModel):
 
 class ToolsetChangeOptions(FaultOptions):
     remove: list[str] = Field(default_factory=list, description="tool names that disappear")
-    redefine: dict[str, ToolRedefinition] = Field(default_factory=dict, description="tools whose definition changes")
+    redefine: dict[str, ToolRedefinition] = Field(
+        default_factory=dict, description="tools whose definition changes"
+    )
     notify: bool = Field(True, description="send notifications/tools/list_changed where the session allows")
 
     @model_validator(mode="after")
@@ -27,8 +28,15 @@ class ToolsetChangeOptions(FaultOptions):
         return self
 
 
-register(FaultType("mcp.toolset_change", ToolsetChangeOptions, ("mcp",), "mutating",
-                   "tools disappear or are redefined mid-session"))
+register(
+    FaultType(
+        "mcp.toolset_change",
+        ToolsetChangeOptions,
+        ("mcp",),
+        "mutating",
+        "tools disappear or are redefined mid-session",
+    )
+)
 
 
 def change_toolset(tools: list[dict[str, Any]], opts: ToolsetChangeOptions) -> list[dict[str, Any]]:

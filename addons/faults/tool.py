@@ -8,9 +8,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal
 
-from pydantic import Field
-
 from mitmchaos.addons.faults import FaultOptions, FaultType, register
+from pydantic import Field
 
 
 class ToolErrorOptions(FaultOptions):
@@ -32,26 +31,49 @@ class StaleDataOptions(FaultOptions):
 
 class CorruptOptions(FaultOptions):
     variant: Literal[
-        "empty_result", "missing_fields", "null_fields", "unexpected_nesting", "truncated_result", "corrupt_values"
+        "empty_result",
+        "missing_fields",
+        "null_fields",
+        "unexpected_nesting",
+        "truncated_result",
+        "corrupt_values",
     ] = Field("corrupt_values", description="how the result is damaged")
     ratio: float = Field(0.5, ge=0, le=1, description="share of fields hit (missing, null, corrupt variants)")
     max_length: int = Field(20, ge=0, le=1_000_000, description="truncated_result: keep this many characters")
 
 
 class ToolLatencyOptions(FaultOptions):
-    delay_s: float = Field(1.0, ge=0, le=5, description="delay before the tool result (the mean, for a distribution)")
+    delay_s: float = Field(
+        1.0, ge=0, le=5, description="delay before the tool result (the mean, for a distribution)"
+    )
     jitter_s: float = Field(0.0, ge=0, le=5, description="spread of the distribution")
     distribution: Literal["fixed", "uniform", "normal", "pareto"] = Field("fixed", description="seeded draw")
 
 
-register(FaultType("tool.error", ToolErrorOptions, ("mcp", "proxy"), "fail-safe",
-                   "the tool call fails with a message"))
-register(FaultType("tool.stale_data", StaleDataOptions, ("mcp", "proxy"), "mutating",
-                   "the tool returns a fixed, out-of-date result"))
-register(FaultType("tool.corrupt", CorruptOptions, ("mcp", "proxy"), "mutating",
-                   "the tool result is damaged (emptied, fields dropped, nulled, nested, truncated, garbled)"))
-register(FaultType("tool.latency", ToolLatencyOptions, ("mcp",), "fail-safe",
-                   "the tool result arrives late"))
+register(
+    FaultType(
+        "tool.error", ToolErrorOptions, ("mcp", "proxy"), "fail-safe", "the tool call fails with a message"
+    )
+)
+register(
+    FaultType(
+        "tool.stale_data",
+        StaleDataOptions,
+        ("mcp", "proxy"),
+        "mutating",
+        "the tool returns a fixed, out-of-date result",
+    )
+)
+register(
+    FaultType(
+        "tool.corrupt",
+        CorruptOptions,
+        ("mcp", "proxy"),
+        "mutating",
+        "the tool result is damaged (emptied, fields dropped, nulled, nested, truncated, garbled)",
+    )
+)
+register(FaultType("tool.latency", ToolLatencyOptions, ("mcp",), "fail-safe", "the tool result arrives late"))
 
 
 # ---------------------------------------------------------------- injection: what a faulted result looks like
@@ -77,14 +99,19 @@ def stale_text(opts: StaleDataOptions) -> str:
 def result_rewriters(inj) -> tuple[Callable[[str], str], Callable[[Any], Any], dict[str, Any]]:
     """For a result fault (stale_data, corrupt, inject.tool_result): how it rewrites a result's text, how it
     rewrites structured data, and the details its fault_injected event records."""
-    from mitmchaos.addons.faults.inject import inject_text  # here, so the catalog keeps tool.* before inject.*
+    from mitmchaos.addons.faults.inject import (
+        inject_text,  # here, so the catalog keeps tool.* before inject.*
+    )
 
     opts, canary = inj.options, inj.canary
     if inj.id == "tool.stale_data":
         return (lambda text: stale_text(opts)), (lambda value: opts.result), {}
     if inj.id == "tool.corrupt":  # a fresh seeded draw for each form, so both are damaged alike
-        return ((lambda text: corrupt_text(text, opts, inj.rng())),
-                (lambda value: corrupt_value(value, opts, inj.rng())), {"variant": opts.variant, "ratio": opts.ratio})
+        return (
+            (lambda text: corrupt_text(text, opts, inj.rng())),
+            (lambda value: corrupt_value(value, opts, inj.rng())),
+            {"variant": opts.variant, "ratio": opts.ratio},
+        )
     inject = partial(inject_text, opts=opts, canary=canary)
     return inject, (lambda value: _top_level_strings(value, inject)), {"position": opts.position}
 
@@ -98,7 +125,7 @@ def _top_level_strings(value: Any, rewrite: Callable[[str], str]) -> Any:
 def corrupt_text(text: str, opts: CorruptOptions, rng: random.Random) -> str:
     """A damaged copy of a tool result's text: JSON is damaged as data, other text line by line."""
     if opts.variant == "truncated_result":
-        return text[:opts.max_length]
+        return text[: opts.max_length]
     try:
         value = json.loads(text)
     except ValueError:
@@ -114,7 +141,7 @@ def corrupt_value(value: Any, opts: CorruptOptions, rng: random.Random) -> Any:
     if variant == "unexpected_nesting":
         return {"data": {"result": value}}
     if variant == "truncated_result":
-        return _map_leaves(value, lambda leaf: leaf[:opts.max_length] if isinstance(leaf, str) else leaf)
+        return _map_leaves(value, lambda leaf: leaf[: opts.max_length] if isinstance(leaf, str) else leaf)
     if variant == "missing_fields":
         doomed = _pick(_paths(value, keys_only=True), opts.ratio, rng)
         return _without(value, doomed, ())
@@ -139,7 +166,9 @@ def _corrupt_plain(text: str, opts: CorruptOptions, rng: random.Random) -> str:
 
 def _paths(value: Any, keys_only: bool, prefix: tuple = ()) -> list[tuple]:
     """Paths to the fields of a JSON value: every dict key (keys_only) or every leaf."""
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else None
+    items = (
+        value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else None
+    )
     if items is None:
         return [] if keys_only else [prefix]
     paths = []
@@ -158,7 +187,9 @@ def _pick(paths: list[tuple], ratio: float, rng: random.Random) -> set[tuple]:
 
 def _without(value: Any, doomed: set[tuple], prefix: tuple) -> Any:
     if isinstance(value, dict):
-        return {k: _without(v, doomed, prefix + (k,)) for k, v in value.items() if prefix + (k,) not in doomed}
+        return {
+            k: _without(v, doomed, prefix + (k,)) for k, v in value.items() if prefix + (k,) not in doomed
+        }
     if isinstance(value, list):
         return [_without(v, doomed, prefix + (i,)) for i, v in enumerate(value)]
     return value

@@ -19,14 +19,26 @@ def main() -> int:
         call = json.load(sys.stdin)
         from mitmchaos.gate import Gate
 
-        answer = Gate.from_env().check(call["tool_name"], call.get("tool_input", {}), call.get("tool_use_id"),
-                                       workspace=call.get("cwd") or "/work")
-    except Exception as exc:  # a broken gate must stop the call, not wave it through (exit 2 blocks)
+        answer = Gate.from_env().check(
+            call["tool_name"],
+            call.get("tool_input", {}),
+            call.get("tool_use_id"),
+            workspace=call.get("cwd") or "/work",
+        )
+    except Exception as exc:  # noqa: BLE001  a broken gate must stop the call, not wave it through (exit 2 blocks)
         print(f"[mitmchaos] gate error, call not run: {exc!r}", file=sys.stderr)
         return 2
     if not answer.allowed:
-        json.dump({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                          "permissionDecisionReason": answer.message}}, sys.stdout)
+        json.dump(
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": answer.message,
+                }
+            },
+            sys.stdout,
+        )
     return 0
 
 
