@@ -171,8 +171,10 @@ class CleanupStack:
         """Undo one entry now (the normal end of its life)."""
         if undo in self.entries:
             self.entries.remove(undo)
+            started = time.monotonic()
             try:
                 undo.run()
+                log.debug("cleaned up", kind=undo.kind, seconds=round(time.monotonic() - started, 3))
             finally:
                 self._write()
 
@@ -181,8 +183,10 @@ class CleanupStack:
         failures = []
         while self.entries:
             undo = self.entries.pop()
+            started = time.monotonic()
             try:
                 undo.run()
+                log.debug("cleaned up", kind=undo.kind, seconds=round(time.monotonic() - started, 3))
             except Exception as exc:  # noqa: BLE001 - cleanup must go on
                 failures.append(f"{undo.kind} {undo.args}: {exc}")
                 log.error("cleanup step failed", kind=undo.kind, args=undo.args, error=str(exc))
@@ -196,6 +200,32 @@ class CleanupStack:
         tmp = self.ledger.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         tmp.replace(self.ledger)
+
+
+def terminate(process: subprocess.Popen | None, timeout: float = 10.0) -> None:
+    """Stop a child: SIGTERM, then SIGKILL after ``timeout``; reaped either way."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def spawn(stack: CleanupStack, cmd: list[str], **popen_args: Any) -> tuple[subprocess.Popen, Undo]:
+    """Start a helper process in its own session, registered on ``stack`` before it exists.
+
+    Signals are not held around the start (a child inherits the blocked mask and would
+    ignore SIGTERM); the undo is pushed first instead, and learns the PID after.
+    """
+    started: list[subprocess.Popen] = []
+    undo = stack.push("process", live=lambda: terminate(started[0] if started else None), pid=None, start_time=None)
+    process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, **popen_args)
+    started.append(process)
+    stack.update(undo, pid=process.pid, start_time=process_start_time(process.pid))
+    return process, undo
 
 
 # ------------------------------------------------------------------ sweeping after a killed run

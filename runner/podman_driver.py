@@ -20,7 +20,7 @@ from pathlib import Path
 from podman import PodmanClient
 from podman.errors import APIError, NotFound
 
-from mitmchaos.cleanup import RUN_LABEL, CleanupStack, process_start_time, signals_deferred
+from mitmchaos.cleanup import RUN_LABEL, CleanupStack, signals_deferred, spawn
 
 SYSTEM_SOCKET = "unix:///run/podman/podman.sock"
 SANDBOX_UID = 1000
@@ -50,14 +50,11 @@ def connect(stack: CleanupStack, timeout: float = 30.0) -> PodmanClient:
         sockdir = Path(tempfile.mkdtemp(prefix="mitmchaos-podman-"))
         stack.push("path", path=str(sockdir))
     url = f"unix://{sockdir}/podman.sock"
-    with signals_deferred():
-        try:
-            service = subprocess.Popen(["podman", "system", "service", "--time=0", url], stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-        except FileNotFoundError:
-            raise SandboxError("podman is not installed; run `make host` (sandbox/host-setup.sh)") from None
-        stack.push("process", live=lambda: _stop(service), pid=service.pid,
-                   start_time=process_start_time(service.pid))
+    try:
+        service, _ = spawn(stack, ["podman", "system", "service", "--time=0", url], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE)
+    except FileNotFoundError:
+        raise SandboxError("podman is not installed; run `make host` (sandbox/host-setup.sh)") from None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if service.poll() is not None:
@@ -68,15 +65,6 @@ def connect(stack: CleanupStack, timeout: float = 30.0) -> PodmanClient:
             return client
         time.sleep(0.1)
     raise SandboxError(f"the Podman API service did not answer on {url} within {timeout:.0f}s")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def read_image_file(client: PodmanClient, image: str, path: str) -> bytes | None:
@@ -144,7 +132,14 @@ def run_container(client: PodmanClient, spec: ContainerSpec, stack: CleanupStack
         exit_code = None if stopped else container.wait()
         for reader in readers:
             reader.join(timeout=5)
-        return ContainerResult(exit_code, bytes(stdout), stderr.decode(errors="replace"), stopped)
+        # A follow stream can end before the last output arrives (measured: a 216 kB cat came back
+        # 150 kB once in 15); the stored log is complete, so it is the record, and the terminal
+        # gets what the stream missed.
+        full_out, full_err = _stored_logs(container, stdout=True), _stored_logs(container, stdout=False)
+        for full, streamed, callback in ((full_out, stdout, on_stdout), (full_err, stderr, on_stderr)):
+            if len(full) > len(streamed) and full.startswith(bytes(streamed)):
+                callback(full[len(streamed):])
+        return ContainerResult(exit_code, full_out, full_err.decode(errors="replace"), stopped)
     finally:
         if undo is not None:
             stack.release(undo)
@@ -155,7 +150,11 @@ def run_container(client: PodmanClient, spec: ContainerSpec, stack: CleanupStack
 def _wait(container, should_stop: Callable[[], str | None], every: float = 1.0) -> str | None:
     asked = time.monotonic()
     while True:
-        container.reload()
+        try:
+            container.reload()
+        except APIError:  # Podman 4.3 answers 500 while the container's process is exiting
+            time.sleep(0.1)
+            continue
         if container.status not in ("created", "running", "configured"):
             return None
         if time.monotonic() - asked >= every:
@@ -165,6 +164,10 @@ def _wait(container, should_stop: Callable[[], str | None], every: float = 1.0) 
                 container.stop(timeout=2)
                 return reason
         time.sleep(0.1)
+
+
+def _stored_logs(container, stdout: bool) -> bytes:
+    return b"".join(container.logs(stream=False, stdout=stdout, stderr=not stdout))
 
 
 def _follow(container, sink: bytearray, callback: Callable[[bytes], None], stdout: bool) -> threading.Thread:

@@ -29,7 +29,7 @@ from mitmproxy.certs import CertStore
 from podman.errors import APIError
 
 from mitmchaos import images
-from mitmchaos.cleanup import CleanupStack, process_start_time, signals_deferred
+from mitmchaos.cleanup import CleanupStack, process_start_time, signals_deferred, spawn
 from mitmchaos.decisions import new_canary
 from mitmchaos.events import EventWriter, read_events
 from mitmchaos.log import get_logger
@@ -40,6 +40,7 @@ from mitmchaos.podman_driver import (SANDBOX_UID, ContainerSpec, SandboxError, c
                                      run_container)
 from mitmchaos.proxy import ChaosProxy, ProxyError, free_port
 from mitmchaos.records import Phase, RepetitionRecord
+from mitmchaos.scripted_model import sandbox_keys
 from mitmchaos.workspace import (STATE_DIR, WorkspaceError, carry_in, create_worktree, hand_to_sandbox_user,
                                  project_root, require_clean_tree)
 
@@ -72,7 +73,8 @@ class RunSettings:
     out: Path | None = None
     keep: bool = False
     cwd: Path = field(default_factory=Path.cwd)
-    terminal: BinaryIO = field(default_factory=lambda: sys.stdout.buffer)  # the agent's output, live
+    terminal: BinaryIO = field(default_factory=lambda: sys.stdout.buffer)  # the sandbox's stdout, live
+    terminal_err: BinaryIO = field(default_factory=lambda: sys.stderr.buffer)
     progress: TextIO = field(default_factory=lambda: sys.stderr)
 
 
@@ -114,7 +116,7 @@ class Progress:
         self.total = total
         self.label = ""
         self.current = ""
-        self.phase_started = self.last_tick = time.monotonic()
+        self.started = self.phase_started = self.last_tick = time.monotonic()
 
     def repetition(self, number: int, phase: Phase, run_id: str) -> None:
         self.label = f"rep {number}/{self.total} {phase}"
@@ -132,7 +134,7 @@ class Progress:
             self.say(f"{self.label}: {self.current} {now - self.phase_started:.0f}s, faults fired {faults_fired}")
 
     def say(self, text: str) -> None:
-        print(f"[mitmchaos] {text}", file=self.stream, flush=True)
+        print(f"[mitmchaos {time.monotonic() - self.started:6.1f}s] {text}", file=self.stream, flush=True)
 
 
 # ------------------------------------------------------------------ the run
@@ -279,8 +281,9 @@ class Repetition:
         net = create_network(s.client, f"mitmchaos-{rec.run_id}", rec.run_id, self.stack)
         proxy_port = free_port(net.gateway)
         apply_firewall(net, proxy_port, s.run_id, rec.run_id, self.stack)
+        self._spawn_resolver(net, plan_file)  # starts while the proxy does
         self._start_proxy(net, proxy_port, plan_file)
-        self._start_resolver(net, plan_file)
+        self._await_resolver()
         runner_events = EventWriter(self.events_path, rec.run_id, "runner")
         try:
             runner_events.emit("repetition_started", index=self.index, phase=self.phase)
@@ -331,7 +334,7 @@ class Repetition:
         return dest
 
     def _start_proxy(self, net: SandboxNetwork, port: int, plan_file: Path) -> None:
-        self.s.progress.phase("starting proxy")
+        self.s.progress.phase("starting proxy and resolver")
         proxy = ChaosProxy(workdir=self.scratch / "proxy", plan=plan_file, canary=self.record.canary,
                            run_id=self.record.run_id, host=net.gateway, port=port,
                            options={"connection_strategy": "lazy", "chaos_repetition": str(self.index),
@@ -343,16 +346,16 @@ class Repetition:
         proxy.start()  # raises ProxyError with the log when it exits or never answers
         self.stack.update(self.undo_proxy, pid=proxy.process.pid, start_time=process_start_time(proxy.process.pid))
 
-    def _start_resolver(self, net: SandboxNetwork, plan_file: Path) -> None:
+    def _spawn_resolver(self, net: SandboxNetwork, plan_file: Path) -> None:
         cmd = [str(Path(sys.executable).with_name("mitmchaos")), "resolver", "--plan", str(plan_file),
                "--events", str(self.events_path), "--listen", f"{net.gateway}:{DNS_PORT}",
                "--run-id", self.record.run_id, "--canary", self.record.canary, "--repetition", str(self.index)]
-        with open(self.scratch / "resolver.log", "ab") as log_file, signals_deferred():
-            process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-            self.resolver = process
-            self.undo_resolver = self.stack.push("process", live=lambda: _terminate(process), pid=process.pid,
-                                                 start_time=process_start_time(process.pid))
+        with open(self.scratch / "resolver.log", "ab") as log_file:
+            process, self.undo_resolver = spawn(self.stack, cmd, stdout=log_file, stderr=subprocess.STDOUT)
+        self.resolver = process
+
+    def _await_resolver(self) -> None:
+        process = self.resolver
         deadline = time.monotonic() + RESOLVER_START_S
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -372,6 +375,7 @@ class Repetition:
         for name in (*PROVIDER_KEYS, *self.s.plan.env):  # by name: the plan never holds a value
             if name in os.environ:
                 env[name] = os.environ[name]
+        env.update(sandbox_keys(self.s.plan))  # a placeholder, never the real key, where the scripted model answers
         url = self.proxy.url
         env.update({"HTTPS_PROXY": url, "HTTP_PROXY": url, "https_proxy": url, "http_proxy": url,
                     "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "localhost,127.0.0.1",
@@ -411,9 +415,8 @@ class Repetition:
                 return "error"
             return None
 
-        agent_out, agent_err = bytearray(), bytearray()
         result = run_container(self.s.client, self._container(net, worktree, plan_file, "agent", self.s.plan.agent),
-                               self.stack, on_stdout=self._echo(agent_out), on_stderr=self._echo(agent_err),
+                               self.stack, on_stdout=self._echo(), on_stderr=self._echo(stderr=True),
                                should_stop=should_stop)
         rec.duration_s = round(time.monotonic() - started, 3)
         rec.agent_exit = result.exit_code
@@ -426,7 +429,7 @@ class Repetition:
     def _verify(self, net: SandboxNetwork, worktree: Path, plan_file: Path) -> None:
         self.s.progress.phase("verify")
         result = run_container(self.s.client, self._container(net, worktree, plan_file, "verify", self.s.plan.verify),
-                               self.stack, on_stdout=self._echo(bytearray()), on_stderr=self._echo(bytearray()))
+                               self.stack, on_stdout=self._echo(), on_stderr=self._echo(stderr=True))
         self.record.verify_exit = result.exit_code
         self._save("verify.out", result.stdout + result.stderr.encode())
 
@@ -439,11 +442,10 @@ class Repetition:
                     f"{_tail(self.scratch / 'resolver.log')}")
         return None
 
-    def _echo(self, sink: bytearray):
-        terminal = self.s.settings.terminal
+    def _echo(self, stderr: bool = False):
+        terminal = self.s.settings.terminal_err if stderr else self.s.settings.terminal
 
         def write(chunk: bytes) -> None:
-            sink.extend(chunk)
             terminal.write(chunk)
             terminal.flush()
 
@@ -456,6 +458,9 @@ class Repetition:
 
     def _collect(self) -> None:
         """Stop the helpers (flushing flows and events), then copy the artifacts, secrets masked."""
+        for process in (self.resolver, self.proxy and self.proxy.process):
+            if process is not None and process.poll() is None:
+                process.terminate()  # both at once; the releases below wait for them
         for undo in (self.undo_resolver, self.undo_proxy):
             if undo is not None:
                 self.stack.release(undo)
@@ -485,16 +490,6 @@ def mask_secrets(directory: Path, secrets_: list[str]) -> None:
             masked = masked.replace(needle, b"*" * len(needle))
         if masked != data:
             path.write_bytes(masked)
-
-
-def _terminate(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _tail(path: Path, chars: int = 2000) -> str:

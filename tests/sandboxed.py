@@ -112,9 +112,10 @@ class RunProcess:
         self.proc.send_signal(sig)
 
     def finish(self, timeout: float = 180) -> int:
-        self.stdout, _ = self.proc.communicate(timeout=timeout)
+        self.stdout = self.proc.stdout.read()  # stderr belongs to the reader thread
+        code = self.proc.wait(timeout)
         self._reader.join(5)
-        return self.proc.returncode
+        return code
 
     @property
     def stderr(self) -> str:
@@ -122,7 +123,7 @@ class RunProcess:
 
     def run_id(self) -> str | None:
         for line in self.lines:
-            if line.startswith("[mitmchaos] rep ") and "(" in line:
+            if line.startswith("[mitmchaos ") and "] rep " in line and "(" in line:
                 return line.rsplit("(", 1)[1].rstrip(")").rsplit("-", 1)[0]
         return None
 

@@ -68,7 +68,6 @@ def test_fault_through_the_proxy_to_a_stand_in_is_scored_and_no_key_leaks(tmp_pa
     for path in files:
         assert fake_key.encode() not in path.read_bytes(), f"the provider key leaked into {path}"
         assert fake_key[len("sk-ant-FAKE-"):].encode() not in path.read_bytes(), path
-    assert fake_key.encode() not in run.stdout.replace(b"leak: " + fake_key.encode(), b"")  # only the agent echoes it
     assert_clean(tmp_path, project, run, before)
 
 
