@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 PY      := $(BIN)/python
 STAMP   := $(VENV)/.installed-stamp
 
-.PHONY: install host browser test lint docs clean
+.PHONY: install host images browser test lint docs clean
 
 install: $(STAMP)
 
@@ -20,13 +20,17 @@ $(STAMP): pyproject.toml
 host:
 	sandbox/host-setup.sh
 
+# The sandbox images, localhost/mitmchaos/sandbox:<version>[-node] (cached; about 2 min the first time).
+images: install host
+	$(BIN)/mitmchaos images
+
 # Headless Chromium, for the test that renders the HTML report (needs root once to install).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { test "$$(id -u)" = 0 && apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "browser: cannot install chromium; the HTML screenshot test will skip" >&2
 
-test: install host browser
+test: install host images browser
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
