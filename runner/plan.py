@@ -258,9 +258,9 @@ def _strip_tags(loc: tuple, data: Any) -> tuple:
     return tuple(out)
 
 
-def _allowed_keys(loc: tuple, data: Any) -> list[str] | None:
+def _allowed_keys(loc: tuple, data: Any, root: type[BaseModel]) -> list[str] | None:
     """The keys allowed in the mapping at ``loc`` (for unknown-key errors), ``id`` first."""
-    annotation: Any = Plan
+    annotation: Any = root
     cursor = data
     for part in loc:
         if isinstance(part, int):
@@ -308,20 +308,19 @@ def _model_in(annotation: Any, value: Any):
     return None
 
 
-def _message(err: dict, loc: tuple, data: Any) -> str:
+def _message(err: dict, loc: tuple, data: Any, root: type[BaseModel]) -> str:
     kind = err["type"]
     ctx = err.get("ctx") or {}
+    registry = PROBES if "probes" in loc else FAULTS  # the union a tag error is about
     if kind == "extra_forbidden":
-        allowed = _allowed_keys(loc[:-1], data)
+        allowed = _allowed_keys(loc[:-1], data, root)
         suffix = f" (allowed: {', '.join(allowed)})" if allowed else ""
         return f"unknown field {loc[-1]!r}{suffix}"
     if kind == "union_tag_invalid":
         tag = ctx.get("tag")
-        registry = FAULTS if loc and loc[0] == "faults" else PROBES
         noun = "fault" if registry is FAULTS else "probe"
         return f"unknown {noun} id {tag!r} (allowed: {', '.join(registry)})"
     if kind == "union_tag_not_found":
-        registry = FAULTS if loc and loc[0] == "faults" else PROBES
         return f"missing id (allowed: {', '.join(registry)})"
     if kind == "missing":
         return "required field is missing"
@@ -357,8 +356,34 @@ def _check_duplicates(node: yaml.Node, problems: list, file: str, path: str = ""
             _check_duplicates(item, problems, file, f"{path}.{i}" if path else str(i))
 
 
-def parse_plan_text(text: str, file: str = "<plan>") -> Plan:
-    """Validate plan YAML text; raises PlanError with every problem found."""
+@dataclass
+class Parsed:
+    """A YAML document checked against a model: the model (None when there are problems), the
+    data as loaded, and every problem so far; ``problem_at`` locates more of them."""
+
+    value: Any
+    data: dict
+    file: str
+    located: _Located
+    problems: list[Problem]
+
+    def problem_at(self, loc: tuple, message: str, at_key: bool = False) -> Problem:
+        target, _found = self.located.find(loc, at_key=at_key)
+        mark = target.start_mark
+        return Problem(self.file, mark.line + 1, mark.column + 1, ".".join(str(p) for p in loc), message)
+
+    def raise_problems(self) -> None:
+        if self.problems:
+            self.problems.sort(key=lambda p: (p.line, p.col))
+            raise PlanError(self.problems)
+
+
+def parse_located(text: str, file: str, model: type[BaseModel], noun: str) -> Parsed:
+    """Validate YAML text against ``model``, every problem at its file:line:col.
+
+    Raises PlanError only when there is nothing to validate (bad YAML, an empty file, not a
+    mapping); validation problems are returned, so a caller can add its own before raising.
+    """
     try:
         node = yaml.compose(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
@@ -367,48 +392,54 @@ def parse_plan_text(text: str, file: str = "<plan>") -> Plan:
         reason = getattr(exc, "problem", None) or str(exc)
         raise PlanError([Problem(file, line, col, "", f"YAML syntax error: {reason}")]) from None
     if node is None:
-        raise PlanError([Problem(file, 1, 1, "", "the file is empty; a plan needs name, agent, verify, faults, probes "
-                                                 "and abort")])
+        required = [name for name, f in model.model_fields.items() if f.is_required()]
+        raise PlanError([Problem(file, 1, 1, "", f"the file is empty; a {noun} needs {', '.join(required[:-1])} "
+                                                 f"and {required[-1]}")])
     problems: list[Problem] = []
     _check_duplicates(node, problems, file)
     data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
     if not isinstance(data, dict):
         raise PlanError([Problem(file, node.start_mark.line + 1, node.start_mark.column + 1, "",
-                                 f"a plan is a mapping of fields, not a {type(data).__name__}")])
-    located = _Located(node)
+                                 f"a {noun} is a mapping of fields, not a {type(data).__name__}")])
+    parsed = Parsed(None, data, file, _Located(node), problems)
     try:
-        plan = Plan.model_validate(data)
+        parsed.value = model.model_validate(data)
     except ValidationError as exc:
         for err in exc.errors():
             loc = _strip_tags(tuple(err["loc"]), data)
-            message = _message(err, loc, data)
+            message = _message(err, loc, data, model)
             if message == NO_COST_CEILING:
                 loc = ("abort",)
-            target, _found = located.find(loc, at_key=err["type"] == "extra_forbidden" or loc == ("abort",))
-            mark = target.start_mark
-            problems.append(Problem(file, mark.line + 1, mark.column + 1, ".".join(str(p) for p in loc), message))
-        plan = None
-        abort = data.get("abort")
-        if (isinstance(abort, list) and not any(isinstance(a, dict) and "cost_usd_above" in a for a in abort)
-                and not any(p.message == NO_COST_CEILING for p in problems)):
-            target, _ = located.find(("abort",))
-            problems.append(Problem(file, target.start_mark.line + 1, target.start_mark.column + 1, "abort",
-                                    NO_COST_CEILING))
-    if problems:
-        problems.sort(key=lambda p: (p.line, p.col))
-        raise PlanError(problems)
-    return plan
+            problems.append(parsed.problem_at(loc, message, at_key=err["type"] == "extra_forbidden"
+                                              or loc == ("abort",)))
+    return parsed
 
 
-def load_plan(path: str | Path) -> Plan:
-    path = Path(path)
+def parse_plan_text(text: str, file: str = "<plan>") -> Plan:
+    """Validate plan YAML text; raises PlanError with every problem found."""
+    parsed = parse_located(text, file, Plan, "plan")
+    abort = parsed.data.get("abort")
+    if (parsed.problems and isinstance(abort, list)
+            and not any(isinstance(a, dict) and "cost_usd_above" in a for a in abort)
+            and not any(p.message == NO_COST_CEILING for p in parsed.problems)):
+        parsed.problems.append(parsed.problem_at(("abort",), NO_COST_CEILING))
+    parsed.raise_problems()
+    return parsed.value
+
+
+def read_yaml_file(path: Path) -> str:
+    """The file's text, or PlanError located at its start."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PlanError([Problem(str(path), 1, 1, "", "no such file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanError([Problem(str(path), 1, 1, "", f"cannot read the file: {exc}")]) from None
-    return parse_plan_text(text, str(path))
+
+
+def load_plan(path: str | Path) -> Plan:
+    path = Path(path)
+    return parse_plan_text(read_yaml_file(path), str(path))
 
 
 def plan_json_schema() -> dict:
