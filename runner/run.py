@@ -76,6 +76,7 @@ class RunSettings:
     terminal: BinaryIO = field(default_factory=lambda: sys.stdout.buffer)  # the sandbox's stdout, live
     terminal_err: BinaryIO = field(default_factory=lambda: sys.stderr.buffer)
     progress: TextIO = field(default_factory=lambda: sys.stderr)
+    phases: tuple[Phase, ...] = ("baseline", "faulted")  # suites and sweeps share one baseline across runs
 
 
 @dataclass
@@ -178,7 +179,7 @@ def execute(settings: RunSettings) -> RunOutcome:
 
 
 def _execute(settings: RunSettings, plan: Plan, root: Path, outcome: RunOutcome, stack: CleanupStack) -> None:
-    progress = Progress(settings.progress, plan.repeat * 2)
+    progress = Progress(settings.progress, plan.repeat * len(settings.phases))
     try:
         client = connect(stack)
     except SandboxError as exc:
@@ -196,7 +197,7 @@ def _execute(settings: RunSettings, plan: Plan, root: Path, outcome: RunOutcome,
     outcome.artifacts.mkdir(parents=True, exist_ok=True)
     shared = Shared(settings, plan, root, client, image, ca_dir, bundle, progress, outcome.run_id)
     number = 0
-    for phase in ("baseline", "faulted"):
+    for phase in settings.phases:
         for index in range(plan.repeat):
             number += 1
             record = Repetition(shared, phase, index, number, outcome.artifacts).run()
