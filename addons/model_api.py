@@ -70,8 +70,13 @@ class ModelAPI:
         await llm.inject(state, call, flow)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if "text/event-stream" not in flow.response.headers.get("content-type", ""):
+            return
         call = self.calls.get(flow.id)
-        if call is None or "text/event-stream" not in flow.response.headers.get("content-type", ""):
+        if call is None:
+            # mitmproxy buffers whole bodies by default: an event stream (a model's without a
+            # plan, or any other) would reach the agent only at its end.
+            flow.response.stream = flow.response.stream or True
             return
         flow.response.stream = lambda data: self._pass(call, flow, data)
         if call.chunk_delay is not None:

@@ -291,3 +291,14 @@ def test_https_streams_are_parsed_and_cut_through_tls(chaos_proxy, upstream):
         assert stream.get_final_message().content[0].text == "Hello from the "
     (call,) = proxy.events("llm_call")
     assert call["model"] == MODEL and call["usage"]["input_tokens"] > 0 and call["error"].endswith("(silent)")
+
+
+@pytest.mark.parametrize("with_plan", [True, False])
+def test_streams_reach_the_agent_as_they_arrive(chaos_proxy, with_plan):
+    proxy = chaos_proxy(plan({"id": "llm.rate_limit", "match": {"model": "never"}}) if with_plan else None)
+    with ModelServer(chunk_delay_s=0.05) as slow:  # 9 text deltas, 50 ms apart
+        client = claude(proxy, slow.url)
+        with client.messages.stream(model=MODEL, max_tokens=10, messages=MESSAGES) as stream:
+            arrivals = [time.monotonic() for _ in stream.text_stream]
+    assert arrivals[-1] - arrivals[0] >= 0.25  # buffered, they would all arrive at once
+    assert len(proxy.events("llm_call")) == (1 if with_plan else 0)
