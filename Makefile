@@ -38,6 +38,10 @@ lint: install
 	$(BIN)/mitmchaos docs --check README.md
 	$(BIN)/python -m compileall -q addons runner tests
 
+# Benchmarks (a few minutes): bench/results/latest.md and latest.json. Needs Podman (`make host`).
+bench: install
+	$(PY) -m bench.run $(BENCH_ARGS)
+
 # Regenerate the README's fault catalog and probe reference from the registries.
 docs: install
 	$(BIN)/mitmchaos docs README.md

@@ -239,6 +239,18 @@ class Shared:
     run_id: str
 
 
+def absolute_stand_in_paths(data: dict, plan_dir: Path) -> dict:
+    """Plan data whose stand-in files (relative to the plan's directory) are absolute: loadable from anywhere."""
+    for stand_in in data.get("stand_ins") or []:
+        for key in ("dir", "flows"):
+            if stand_in.get(key):
+                stand_in[key] = str((plan_dir / stand_in[key]).resolve())
+        target, sep, func = (stand_in.get("handler") or "").rpartition(":")
+        if sep and target.endswith(".py"):
+            stand_in["handler"] = f"{(plan_dir / target).resolve()}:{func}"
+    return data
+
+
 # ------------------------------------------------------------------ one repetition
 
 
@@ -301,14 +313,7 @@ class Repetition:
     def _effective_plan(self) -> Path:
         """The plan the proxy and resolver load: stand-in paths made absolute; no faults for a baseline."""
         source = self.s.settings.plan_path.resolve()
-        data = yaml.safe_load(source.read_text())
-        for stand_in in data.get("stand_ins") or []:
-            for key in ("dir", "flows"):
-                if stand_in.get(key):
-                    stand_in[key] = str((source.parent / stand_in[key]).resolve())
-            target, sep, func = (stand_in.get("handler") or "").rpartition(":")
-            if sep and target.endswith(".py"):
-                stand_in["handler"] = f"{(source.parent / target).resolve()}:{func}"
+        data = absolute_stand_in_paths(yaml.safe_load(source.read_text()), source.parent)
         if self.phase == "baseline":
             for fault in data["faults"]:
                 fault["probability"] = 0

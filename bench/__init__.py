@@ -1,0 +1,1 @@
+"""mitmchaos benchmarks: what the proxy, the runner and scoring cost an agent (``make bench``)."""

@@ -1,0 +1,48 @@
+"""The three paths a request can take in a benchmark: direct, bare mitmdump, mitmdump with the suite.
+
+Both proxies are ``ChaosProxy`` (runner/proxy.py) with the runner's connection options; the
+bare one only drops the addon script and its options. HTTPS runs mitmdump in reverse mode:
+the client speaks TLS to mitmdump and trusts its CA, mitmdump speaks plain HTTP to the
+loopback upstream, so the figure is the cost of terminating the agent's TLS.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+from mitmchaos.decisions import new_canary
+from mitmchaos.proxy import ChaosProxy, mitmdump_binary
+
+PLAN = Path(__file__).with_name("no-match-plan.yaml")
+RUNNER_OPTIONS = {"connection_strategy": "lazy"}  # as runner/run.py starts its proxy
+
+
+class BareMitmdump(ChaosProxy):
+    """mitmdump without the addons, otherwise started and stopped like the suite."""
+
+    def command(self) -> list[str]:
+        cmd = [mitmdump_binary(), "--listen-host", self.host, "--listen-port", str(self.port),
+               "--set", f"confdir={self.confdir}"]
+        for key, value in self.options.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+
+def start_proxy(workdir: Path, suite: bool, **options: str) -> ChaosProxy:
+    kind = ChaosProxy if suite else BareMitmdump
+    proxy = kind(workdir=workdir, plan=PLAN if suite else None, canary=new_canary(), run_id="bench",
+                 options={**RUNNER_OPTIONS, **options})
+    return proxy.start()
+
+
+def trust(proxy: ChaosProxy) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(proxy.ca_path))
+
+
+def peak_rss_mib(pid: int) -> float:
+    """A live process's peak resident set (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for pid {pid}")

@@ -1,0 +1,86 @@
+"""Request overhead: small non-streaming /v1/messages calls, direct vs bare mitmdump vs the suite,
+over HTTP (forward proxy) and HTTPS (reverse mode), in interleaved rounds."""
+
+from __future__ import annotations
+
+import http.client
+import tempfile
+import time
+from contextlib import ExitStack, closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.client import Route, direct, forward, message_body, reverse_tls
+from bench.proxies import start_proxy
+from bench.results import Figure, median, paired_ratio, percentile, spread
+from bench.upstream import Upstream
+
+BODY = message_body(stream=False)
+# the suite within 10% of bare mitmdump
+THROUGHPUT_GOAL = 0.90
+LATENCY_GOAL = 1.10
+WARM_UP = 20  # calls per route before measuring: connections, TLS, the addons' first-call work
+
+
+@dataclass
+class Round:
+    throughput: float
+    p50_ms: float
+    p99_ms: float
+
+
+def one_round(route: Route, conn: http.client.HTTPConnection, requests: int) -> Round:
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(requests):
+        t0 = time.perf_counter()
+        route.send(conn, BODY).read()
+        latencies.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - started
+    return Round(requests / elapsed, percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000)
+
+
+def run(rounds: int = 10, requests: int = 150) -> list[Figure]:
+    with ExitStack() as stack:
+        upstream = stack.enter_context(Upstream())
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mitmchaos-bench-")))
+        routes = [direct(upstream.url)]
+        for suite in (False, True):
+            name = "suite" if suite else "bare"
+            proxy = start_proxy(workdir / f"{name}-http", suite)
+            stack.callback(proxy.stop)
+            routes.append(forward(f"{name} HTTP", proxy, upstream.url))
+        for suite in (False, True):
+            name = "suite" if suite else "bare"
+            proxy = start_proxy(workdir / f"{name}-https", suite, mode=f"reverse:{upstream.url}")
+            stack.callback(proxy.stop)
+            routes.append(reverse_tls(f"{name} HTTPS", proxy))
+        conns = {route.name: stack.enter_context(closing(route.connect())) for route in routes}
+        for route in routes:
+            for _ in range(WARM_UP):
+                route.send(conns[route.name], BODY).read()
+        results: dict[str, list[Round]] = {route.name: [] for route in routes}
+        for _ in range(rounds):
+            for route in routes:
+                results[route.name].append(one_round(route, conns[route.name], requests))
+    return figures(results)
+
+
+def figures(results: dict[str, list[Round]]) -> list[Figure]:
+    out = []
+    for name, rounds in results.items():
+        kind, transport = name.split()
+        reference = {"suite": f"bare {transport}", "bare": "direct HTTP"}.get(kind)
+        for metric, label, unit in (("throughput", "throughput", "req/s"), ("p50_ms", "p50 latency", "ms"),
+                                    ("p99_ms", "p99 latency", "ms")):
+            values = [getattr(r, metric) for r in rounds]
+            figure = Figure("requests", f"{name}: {label}", median(values), unit, spread(values))
+            if reference:
+                figure.ratio = paired_ratio(values, [getattr(r, metric) for r in results[reference]])
+                figure.goal = f"vs {reference.split()[0]}"
+            if kind == "suite" and metric == "throughput":
+                figure.goal, figure.met = f"≥ {THROUGHPUT_GOAL:.2f}× bare", figure.ratio >= THROUGHPUT_GOAL
+            elif kind == "suite" and metric == "p50_ms":
+                figure.goal, figure.met = f"≤ {LATENCY_GOAL:.2f}× bare", figure.ratio <= LATENCY_GOAL
+            out.append(figure)
+    return out
