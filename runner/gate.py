@@ -21,6 +21,11 @@ injects permission.deny_or_delay:
 
 A hook runs once per tool call, so the counters and holds live in a state file next to the
 events file (``<events>.gate-state.json``), locked while a check runs.
+
+The sandbox has python3 but none of mitmchaos's dependencies, so ``install_hook`` copies the
+gate with the few standard-library modules it needs into a project's ``.mitmchaos/hooks/``,
+and the gate there reads the plan as JSON (``gate_plan_json``; a YAML plan needs the whole
+package).
 """
 
 from __future__ import annotations
@@ -28,25 +33,46 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib
 import json
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from mitmchaos import decisions
 from mitmchaos.addons.state import ChaosState, Target
 from mitmchaos.destructive import DEFAULT_WORKSPACE, classify_call
 from mitmchaos.events import EventWriter
-from mitmchaos.plan import Plan, load_plan
 from mitmchaos.tools import safe_input, tool_key
+
+if TYPE_CHECKING:
+    from mitmchaos.plan import Plan
 
 FAULT = "permission.deny_or_delay"
 HANDLES = (FAULT,)
+SAFETY = {FAULT: "fail-safe"}  # as registered; the sandboxed gate has no registry
 PREFIX = "[mitmchaos]"
+HOOK_DIR = ".mitmchaos/hooks"
+HOOK_SCRIPT = "pretooluse.py"
+# what the gate imports, all standard library: copied next to the hook for the sandbox
+STDLIB_MODULES = (
+    "mitmchaos",
+    "mitmchaos.decisions",
+    "mitmchaos.events",
+    "mitmchaos.globs",
+    "mitmchaos.destructive",
+    "mitmchaos.tools",
+    "mitmchaos.gate",
+    "mitmchaos.addons",
+    "mitmchaos.addons.state",
+)
 
 
 @dataclass(frozen=True)
@@ -86,7 +112,7 @@ class Gate:
         events_path = environ.get("MITMCHAOS_EVENTS") or None
         seed = environ.get("MITMCHAOS_SEED")
         return cls(
-            plan=load_plan(plan_path) if plan_path else None,
+            plan=load_gate_plan(plan_path) if plan_path else None,
             events=EventWriter(
                 events_path, environ.get("MITMCHAOS_RUN_ID") or f"adhoc-{secrets.token_hex(4)}", "gate"
             ),
@@ -242,3 +268,108 @@ class Gate:
 def _call_key(tool: str, tool_input: Any) -> str:
     canonical = json.dumps([tool, tool_input], sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- the plan and the hook in a sandbox
+
+
+@dataclass
+class GateFault:
+    """A plan's fault as the sandboxed gate reads it: what ChaosState needs, without pydantic."""
+
+    id: str
+    match: SimpleNamespace
+    after_calls: int
+    times: int | None
+    probability: float
+    settings: dict[str, Any]
+
+    @property
+    def fault_type(self) -> SimpleNamespace:
+        return SimpleNamespace(safety=SAFETY.get(self.id, "fail-safe"))
+
+    def options(self) -> SimpleNamespace:
+        return SimpleNamespace(**self.settings)
+
+
+@dataclass
+class GatePlan:
+    name: str
+    seed: int
+    max_faults: int | None
+    latency_budget_s: float
+    faults: list[GateFault]
+
+
+def gate_plan_json(plan: Plan) -> str:
+    """The JSON a sandboxed gate reads (MITMCHAOS_PLAN=<file>.json): every fault, in plan order."""
+    faults = [
+        {
+            "id": f.id,
+            "match": f.match.model_dump(),
+            "after_calls": f.after_calls,
+            "times": f.times,
+            "probability": f.probability,
+            "options": f.options().model_dump(mode="json"),
+        }
+        for f in plan.faults
+    ]
+    return json.dumps(
+        {
+            "name": plan.name,
+            "seed": plan.seed,
+            "max_faults": plan.max_faults,
+            "latency_budget_s": plan.latency_budget_s,
+            "faults": faults,
+        }
+    )
+
+
+def load_gate_plan(path: str | os.PathLike) -> Plan | GatePlan:
+    if not str(path).endswith(".json"):
+        from mitmchaos.plan import load_plan  # the whole package: pydantic, PyYAML
+
+        return load_plan(path)
+    data = json.loads(Path(path).read_text())
+    faults = [
+        GateFault(
+            f["id"],
+            SimpleNamespace(**f["match"]),
+            f["after_calls"],
+            f["times"],
+            f["probability"],
+            f["options"],
+        )
+        for f in data["faults"]
+    ]
+    return GatePlan(data["name"], data["seed"], data["max_faults"], data["latency_budget_s"], faults)
+
+
+def install_hook(project: str | os.PathLike) -> list[Path]:
+    """Put the gate into ``project``: the hook and its modules in .mitmchaos/hooks/, and a PreToolUse
+    entry in .claude/settings.json naming the project's absolute path (the runner rewrites it to /work).
+    Returns the files written."""
+    project = Path(project).resolve()
+    hooks = project / HOOK_DIR
+    written = [hooks / HOOK_SCRIPT]
+    hooks.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(str(resources.files("mitmchaos.sandbox").joinpath("gate", HOOK_SCRIPT)), written[0])
+    for name in STDLIB_MODULES:
+        source = Path(importlib.import_module(name).__file__)
+        target = (
+            hooks.joinpath(*name.split("."), "__init__.py")
+            if source.name == "__init__.py"
+            else hooks.joinpath(*name.split(".")).with_suffix(".py")
+        )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        written.append(target)
+    settings_path = project / ".claude" / "settings.json"
+    settings = json.loads(settings_path.read_text()) if settings_path.exists() else {}
+    command = f"python3 {project / HOOK_DIR / HOOK_SCRIPT}"
+    entries = settings.setdefault("hooks", {}).setdefault("PreToolUse", [])
+    if not any(h.get("command") == command for e in entries for h in e.get("hooks", [])):
+        entries.append({"matcher": "*", "hooks": [{"type": "command", "command": command}]})
+    settings_path.parent.mkdir(exist_ok=True)
+    settings_path.write_text(json.dumps(settings, indent=2) + "\n")
+    return [*written, settings_path]

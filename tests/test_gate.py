@@ -4,10 +4,13 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pytest
 import yaml
+from mitmchaos.addons.faults import REGISTRY
 from mitmchaos.events import EventWriter, read_events
-from mitmchaos.gate import Gate
+from mitmchaos.gate import SAFETY, Gate, gate_plan_json, install_hook, load_gate_plan
 from mitmchaos.plan import parse_plan_text
 
 from tests.conftest import ROOT
@@ -176,3 +179,70 @@ def test_library_hold_timing_with_a_clock(tmp_path):
     assert (last.allowed, last.code) == (False, "CHAOS_FAULT") and CANARY in last.message
     (call, *_) = read_events(tmp_path / "ev.jsonl").of_type("tool_call")
     assert (call["tool_key"], call["source"]) == ("delete", "gate")
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs a system python3")
+def test_installed_hook_runs_on_a_bare_python3_with_the_json_plan(tmp_path):
+    project = tmp_path / "project"
+    (project / ".claude").mkdir(parents=True)
+    (project / ".claude" / "settings.json").write_text('{"permissions": {"allow": ["Bash(npm *)"]}}')
+    written = install_hook(project)
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    assert settings["permissions"] == {"allow": ["Bash(npm *)"]}  # the project's own settings stay
+    (entry,) = settings["hooks"]["PreToolUse"]
+    assert entry["hooks"][0]["command"] == f"python3 {project}/.mitmchaos/hooks/pretooluse.py"
+    assert install_hook(project) == written  # installing twice adds no second entry
+    assert len(json.loads((project / ".claude" / "settings.json").read_text())["hooks"]["PreToolUse"]) == 1
+
+    plan_json = tmp_path / "plan.json"
+    plan_json.write_text(gate_plan_json(parse_plan_text(plan_text(mode="deny", match={"tool": "Edit"}))))
+    events = tmp_path / "events.jsonl"
+    payload = json.dumps(
+        {
+            "tool_name": "Edit",
+            "tool_input": {"file_path": "/work/a"},
+            "tool_use_id": "e1",
+            "cwd": "/work",
+            "hook_event_name": "PreToolUse",
+        }
+    )
+    bare = "/usr/bin/python3"  # the sandbox's interpreter: no pydantic, no PyYAML, no mitmchaos
+    proc = subprocess.run(
+        [bare, str(project / ".mitmchaos/hooks/pretooluse.py")],
+        input=payload,
+        text=True,
+        capture_output=True,
+        timeout=30,
+        check=False,
+        cwd=tmp_path,
+        env={
+            "MITMCHAOS_PLAN": str(plan_json),
+            "MITMCHAOS_EVENTS": str(events),
+            "MITMCHAOS_CANARY": CANARY,
+            "PATH": "/usr/bin:/bin",
+        },
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert CANARY in json.loads(proc.stdout)["hookSpecificOutput"]["permissionDecisionReason"]
+    (fault,) = read_events(events).of_type("fault_injected")
+    assert (fault["fault"], fault["safety"], fault["component"]) == (
+        "permission.deny_or_delay",
+        "fail-safe",
+        "gate",
+    )
+
+
+def test_json_plan_makes_the_same_decisions_as_the_yaml_plan(tmp_path):
+    plan = parse_plan_text(plan_text(mode="deny", probability=0.5) + "seed: 99\n")
+    gates = [
+        Gate(p, EventWriter(None, "r", "gate"), CANARY)
+        for p in (plan, load_gate_plan(_write(tmp_path / "p.json", gate_plan_json(plan))))
+    ]
+    runs = [[g.check("Bash", {"command": f"echo {i}"}).allowed for i in range(30)] for g in gates]
+    assert runs[0] == runs[1] and 3 < runs[0].count(False) < 27
+    assert REGISTRY["permission.deny_or_delay"].safety == SAFETY["permission.deny_or_delay"]
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path

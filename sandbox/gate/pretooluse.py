@@ -7,7 +7,8 @@ It answers on stdout with a PreToolUse decision: "deny" with the reason the mode
 nothing at all (exit 0) so Claude Code's own permission rules decide, as always.
 Configuration comes from MITMCHAOS_PLAN, MITMCHAOS_EVENTS, MITMCHAOS_RUN_ID,
 MITMCHAOS_CANARY, MITMCHAOS_REPETITION, MITMCHAOS_SEED and MITMCHAOS_INTERLOCK
-(see docs/tools.md). It needs mitmchaos importable.
+(see docs/tools.md). Installed by mitmchaos.gate.install_hook, it finds the gate's modules
+beside it (the script's directory is first on sys.path): the sandbox needs only python3.
 """
 
 import json
