@@ -214,7 +214,9 @@ def load_handler(ref: str, plan_dir: Path) -> Responder:
 
 
 def _scripted_model(spec: StandIn, plan_dir: Path) -> Served:
-    raise StandInError("scripted_model stand-ins are not available yet in this version")
+    from mitmchaos.scripted_model import ScriptedModelServer
+
+    return ScriptedModelServer(spec.scripted_model)
 
 
 KINDS: dict[str, Callable[[StandIn, Path], Served]] = {

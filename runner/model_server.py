@@ -128,10 +128,18 @@ def _handler_for(server: ModelServer) -> type[BaseHTTPRequestHandler]:
                 self._answer(provider, body)
 
         def do_GET(self) -> None:
-            if urlsplit(self.path).path == "/v1/models":
+            if self.headers.get("upgrade", "").lower() == "websocket":
+                # Codex tries the Responses API over WebSocket first; 426 makes it fall back to SSE at once
+                self._json(426, {"error": {"type": "invalid_request_error", "message": "use HTTP, not WebSocket"}})
+            elif urlsplit(self.path).path == "/v1/models":
                 self._json(200, {"data": [], "object": "list"})
             else:
                 self._json(404, {"error": {"type": "not_found_error", "message": "not found"}})
+
+        def do_HEAD(self) -> None:  # Claude Code's connectivity probe (HEAD /)
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
 
         def _answer(self, provider: str, body: dict) -> None:
             turn = server.brain(body, provider)

@@ -97,7 +97,6 @@ def _configure(tmp_path, stand_ins):
 
 
 @pytest.mark.parametrize("stand_in, message", [
-    ({"host": "m.test", "scripted_model": "careful"}, "scripted_model stand-ins are not available"),
     ({"host": "d.test", "dir": "missing"}, "is not a directory"),
     ({"host": "f.test", "flows": "missing.mitm"}, "cannot read flows file"),
     ({"host": "h.test", "handler": "no_colon"}, "'module:function' or 'file.py:function'"),
