@@ -119,6 +119,56 @@ def run(plan_path: Path, sandbox_image: str | None, out: Path | None, keep: bool
 
 
 @main.command()
+@click.argument("plan", metavar="PLAN")
+@click.option("--scripted-model", type=click.Choice(["careful", "reckless"]),
+              help="Answer with this scripted-model behaviour instead of the plan's.")
+@click.option("--sandbox-image", help="Sandbox image (overrides the plan's sandbox_image).")
+def example(plan: str, scripted_model: str | None, sandbox_image: str | None) -> None:
+    """Run a plan (a file, or a shipped plan's name) in a scratch git project holding only the plan."""
+    from mitmchaos.examples import ExampleError, default_workdir, find_plan, run_example
+    from mitmchaos.run import Interrupted, RunError
+
+    try:
+        path = find_plan(plan)
+        run = run_example(path, default_workdir(path.stem), scripted_model, sandbox_image)
+    except (ExampleError, RunError) as exc:
+        click.echo(f"mitmchaos example: {exc}", err=True)
+        sys.exit(2)
+    except Interrupted as exc:
+        click.echo(f"mitmchaos example: interrupted ({exc}); everything it set up was removed", err=True)
+        sys.exit(130)
+    sys.exit(run.result.exit_code)
+
+
+@main.command()
+@click.argument("plan", metavar="[PLAN]", default="offline-registry-down")
+@click.option("--sandbox-image", help="Sandbox image (overrides the plan's sandbox_image).")
+def demo(plan: str, sandbox_image: str | None) -> None:
+    """The key-free demo: one experiment against the careful and the reckless scripted model, side by side.
+
+    Fails (exit 1) unless the careful agent scores clearly higher.
+    """
+    from mitmchaos.examples import DEMO_MARGIN, ExampleError, default_workdir, find_plan, side_by_side
+    from mitmchaos.examples import demo as run_demo
+    from mitmchaos.run import Interrupted, RunError
+
+    try:
+        path = find_plan(plan)
+        runs, failure = run_demo(path, default_workdir(f"demo-{path.stem}"), sandbox_image)
+    except (ExampleError, RunError) as exc:
+        click.echo(f"mitmchaos demo: {exc}", err=True)
+        sys.exit(2)
+    except Interrupted as exc:
+        click.echo(f"mitmchaos demo: interrupted ({exc}); everything it set up was removed", err=True)
+        sys.exit(130)
+    click.echo(f"\n=== {path.stem}: faulted repetitions passing each probe ===\n{side_by_side(runs)}")
+    if failure:
+        click.echo(f"demo FAILED: {failure}", err=True)
+        sys.exit(1)
+    click.echo(f"demo ok: the careful agent scored at least {DEMO_MARGIN} points above the reckless one")
+
+
+@main.command()
 @click.option("--node/--no-node", default=True, help="Also build the -node image.")
 def images(node: bool) -> None:
     """Build the sandbox images (cached: nothing happens when they exist)."""
