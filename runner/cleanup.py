@@ -10,9 +10,10 @@ of the machine) left behind.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from mitmchaos.log import get_logger
 log = get_logger(__name__)
 
 RUN_LABEL = "mitmchaos.run"  # podman label on every container and network a run creates
+OWNER_LABEL = "mitmchaos.owner"  # the runner process that created it (see owner_tag)
 CHAIN_PREFIX = "MCX-"  # iptables chains a run creates
 
 
@@ -96,15 +98,17 @@ def _undo_bridge(name: str) -> None:
         _quiet(["ip", "link", "del", name])
 
 
-def _undo_rule(family: str, table_args: list[str]) -> None:
-    # delete every copy, in case a rule was inserted twice
-    while _quiet([_iptables(family), "-D", *table_args]) == 0:
-        pass
+def _undo_rule(family: str, table_args: list[str]) -> bool:
+    """Delete every copy (in case a rule was inserted twice); whether there was one."""
+    deleted = False
+    while _quiet([_iptables(family), "-w", "-D", *table_args]) == 0:
+        deleted = True
+    return deleted
 
 
 def _undo_chain(family: str, name: str) -> None:
-    _quiet([_iptables(family), "-F", name])
-    _quiet([_iptables(family), "-X", name])
+    _quiet([_iptables(family), "-w", "-F", name])
+    _quiet([_iptables(family), "-w", "-X", name])
 
 
 def _undo_worktree(repo: str, path: str) -> None:
@@ -236,76 +240,98 @@ def _ledger_alive(data: dict) -> bool:
 
 
 def sweep(force: bool = False) -> list[str]:
-    """Undo what runs that are no longer alive left behind; returns what was removed."""
+    """Undo what runs that are no longer alive left behind; returns what was removed.
+
+    First the ledgers in the state directory; then, by label and comment, whatever any run
+    on this machine left whose owning process is gone (so a run with another state
+    directory, still going, is left alone).
+    """
     removed: list[str] = []
-    live_runs: set[str] = set()
     for ledger in sorted(state_dir().glob("*.json")) if state_dir().exists() else []:
         try:
             data = json.loads(ledger.read_text())
         except (OSError, ValueError):
             continue
-        if not force and _ledger_alive(data):
-            live_runs.add(data["run_id"])
+        if not force and _alive(data["pid"], data.get("start_time")):
             continue
         for entry in reversed(data["undo"]):
             UNDO[entry["kind"]](**entry["args"])
             removed.append(f"{entry['kind']} {entry['args']}")
         ledger.unlink(missing_ok=True)
-    removed += _sweep_labelled(live_runs)
-    return removed
+    return removed + _sweep_labelled(force)
 
 
-def _sweep_labelled(live_runs: set[str]) -> list[str]:
-    """Containers, networks and firewall chains carrying a run label whose run is gone."""
-    removed = []
-    for what, list_cmd, undo in (
-        ("container", ["podman", "ps", "-a"], _undo_container),
-        ("network", ["podman", "network", "ls"], _undo_network),
-    ):
-        out = subprocess.run([*list_cmd, "--filter", f"label={RUN_LABEL}",
-                              "--format", "{{.Name}}\t{{index .Labels \"" + RUN_LABEL + "\"}}"],
-                             capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            name, _, run = line.partition("\t")
-            if name and run not in live_runs:
-                undo(name)
-                removed.append(f"{what} {name}")
-    for family in ("ipv4", "ipv6"):
-        removed += _sweep_chains(family, live_runs)
-    return removed
+def _alive(pid: int, start_time: str | None) -> bool:
+    return process_start_time(pid) == start_time
 
 
-def _sweep_chains(family: str, live_runs: set[str]) -> list[str]:
-    rules = subprocess.run([_iptables(family), "-S"], capture_output=True, text=True).stdout.splitlines()
-    removed = []
-    for rule in rules:
-        parts = rule.split()
-        run = _comment_run(parts)
-        if parts[:1] == ["-A"] and run is not None and run not in live_runs:
-            _undo_rule(family, parts[1:])
-            removed.append(f"rule {family} {' '.join(parts[1:])}")
-    for rule in rules:
-        parts = rule.split()
-        if (parts[:1] == ["-N"] and parts[1].startswith(CHAIN_PREFIX)
-                and parts[1][len(CHAIN_PREFIX):].split("-")[0] not in {chain_tag(r) for r in live_runs}):
-            _undo_chain(family, parts[1])
-            removed.append(f"chain {family} {parts[1]}")
-    return removed
+def owner_tag() -> str:
+    """This process, as labels and rule comments name their owner: PID and kernel start time."""
+    return f"{os.getpid()}.{process_start_time(os.getpid())}"
 
 
-def chain_tag(run_id: str) -> str:
-    """The part of a chain name that says which run owns it (chain names have at most 28 characters)."""
-    return hashlib.sha256(run_id.encode()).hexdigest()[:8]
+def _owner_alive(tag: str) -> bool:
+    pid, _, start = tag.partition(".")
+    return pid.isdigit() and _alive(int(pid), start)
+
+
+def resource_labels(run_id: str) -> dict[str, str]:
+    return {RUN_LABEL: run_id, OWNER_LABEL: owner_tag()}
 
 
 def rule_comment(run_id: str) -> str:
-    return f"{RUN_LABEL}={run_id}"
+    return f"{RUN_LABEL}={run_id}@{owner_tag()}"
 
 
-def _comment_run(parts: list[str]) -> str | None:
+def labelled(kind: str) -> list[dict[str, Any]]:
+    """Our podman containers or networks: ``name``, ``labels`` and, for a network, its ``bridge``."""
+    cmd = {"container": ["podman", "ps", "-a"], "network": ["podman", "network", "ls"]}[kind]
+    out = subprocess.run([*cmd, "--filter", f"label={RUN_LABEL}", "--format", "json"], capture_output=True,
+                         text=True).stdout
+    found = []
+    for item in json.loads(out or "[]"):
+        if kind == "container":
+            found.append({"name": item["Names"][0], "labels": item.get("Labels") or {}})
+        else:
+            found.append({"name": item["name"], "labels": item.get("labels") or {},
+                          "bridge": item.get("network_interface")})
+    return found
+
+
+def _sweep_labelled(force: bool) -> list[str]:
+    removed = []
+    for kind in ("container", "network"):
+        for item in labelled(kind):
+            if force or not _owner_alive(item["labels"].get(OWNER_LABEL, "")):
+                UNDO[kind](item["name"])
+                if item.get("bridge"):
+                    _undo_bridge(item["bridge"])  # we created it; netavark may not have removed it
+                removed.append(f"{kind} {item['name']}")
+    for family in ("ipv4", "ipv6"):
+        removed += _sweep_rules(family, force)
+    return removed
+
+
+def _sweep_rules(family: str, force: bool) -> list[str]:
+    removed = []
+    for rule in subprocess.run([_iptables(family), "-S"], capture_output=True, text=True).stdout.splitlines():
+        parts = shlex.split(rule)  # -S quotes comments
+        owner = _comment_owner(parts)
+        if (parts[:1] == ["-A"] and owner is not None and (force or not _owner_alive(owner))
+                and _undo_rule(family, parts[1:])):
+            removed.append(f"rule {family} {rule[3:]}")
+    # a run's chain is referenced only by its own INPUT rule: unreferenced, it is left over
+    listing = subprocess.run([_iptables(family), "-n", "-L"], capture_output=True, text=True).stdout
+    for chain in re.findall(rf"^Chain ({re.escape(CHAIN_PREFIX)}\S+) \(0 references\)", listing, re.M):
+        _undo_chain(family, chain)
+        removed.append(f"chain {family} {chain}")
+    return removed
+
+
+def _comment_owner(parts: list[str]) -> str | None:
     for i, part in enumerate(parts[:-1]):
         if part == "--comment":
-            value = parts[i + 1].strip('"')
-            if value.startswith(RUN_LABEL + "="):
-                return value.split("=", 1)[1]
+            value = parts[i + 1]
+            if value.startswith(RUN_LABEL + "=") and "@" in value:
+                return value.rsplit("@", 1)[1]
     return None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from podman.errors import APIError
 
-from mitmchaos.cleanup import CHAIN_PREFIX, RUN_LABEL, CleanupStack, chain_tag, rule_comment, signals_deferred
+from mitmchaos.cleanup import CHAIN_PREFIX, CleanupStack, resource_labels, rule_comment, signals_deferred
 
 # Podman hands out 10.89.0.0/24 upwards for its own networks; start far above that.
 SUBNET_POOL = [ipaddress.ip_network(f"10.89.{i}.0/24") for i in range(100, 250)]
@@ -38,9 +38,9 @@ class SandboxNetwork:
     bridge: str
 
 
-def chain_name(run_id: str, repetition_id: str) -> str:
-    """At most 28 characters, and recognisable per run for ``mitmchaos cleanup``."""
-    return f"{CHAIN_PREFIX}{chain_tag(run_id)}-{hashlib.sha256(repetition_id.encode()).hexdigest()[:6]}"
+def chain_name(repetition_id: str) -> str:
+    """Unique per repetition, and at most 28 characters (iptables' limit)."""
+    return f"{CHAIN_PREFIX}{hashlib.sha256(repetition_id.encode()).hexdigest()[:12]}"
 
 
 def create_network(client, name: str, run_id: str, stack: CleanupStack) -> SandboxNetwork:
@@ -51,7 +51,7 @@ def create_network(client, name: str, run_id: str, stack: CleanupStack) -> Sandb
             with signals_deferred():
                 created = client.networks.create(
                     name, driver="bridge", internal=True, dns_enabled=False,
-                    subnets=[{"subnet": str(subnet), "gateway": gateway}], labels={RUN_LABEL: run_id})
+                    subnets=[{"subnet": str(subnet), "gateway": gateway}], labels=resource_labels(run_id))
                 stack.push("network", name=name)
         except APIError as exc:
             if "subnet" in str(exc).lower():  # taken by someone else between our look and the create
@@ -92,11 +92,10 @@ def _create_bridge(net: SandboxNetwork, stack: CleanupStack) -> None:
     _ip("link", "set", net.bridge, "up")
 
 
-def apply_firewall(net: SandboxNetwork, proxy_port: int, run_id: str, repetition_id: str,
-                   stack: CleanupStack) -> None:
+def apply_firewall(net: SandboxNetwork, proxy_port: int, repetition_id: str, stack: CleanupStack) -> None:
     """Let the bridge reach only the proxy and DNS on the gateway; reject everything else."""
-    chain = chain_name(run_id, repetition_id)
-    tag = ["-m", "comment", "--comment", rule_comment(run_id)]
+    chain = chain_name(repetition_id)
+    tag = ["-m", "comment", "--comment", rule_comment(repetition_id)]
     with signals_deferred():
         _iptables("ipv4", "-N", chain)
         stack.push("chain", family="ipv4", name=chain)

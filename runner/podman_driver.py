@@ -20,7 +20,7 @@ from pathlib import Path
 from podman import PodmanClient
 from podman.errors import APIError, NotFound
 
-from mitmchaos.cleanup import RUN_LABEL, CleanupStack, signals_deferred, spawn
+from mitmchaos.cleanup import CleanupStack, signals_deferred, spawn
 
 SYSTEM_SOCKET = "unix:///run/podman/podman.sock"
 SANDBOX_UID = 1000
@@ -189,7 +189,3 @@ def _remove(container) -> None:
         container.remove(force=True)
     except NotFound:
         pass
-
-
-def labels(run_id: str) -> dict[str, str]:
-    return {RUN_LABEL: run_id}

@@ -29,15 +29,14 @@ from mitmproxy.certs import CertStore
 from podman.errors import APIError
 
 from mitmchaos import images
-from mitmchaos.cleanup import CleanupStack, process_start_time, signals_deferred, spawn
+from mitmchaos.cleanup import CleanupStack, process_start_time, resource_labels, signals_deferred, spawn
 from mitmchaos.decisions import new_canary
 from mitmchaos.events import EventWriter, read_events
 from mitmchaos.log import get_logger
 from mitmchaos.monitor import AbortMonitor
 from mitmchaos.network import DNS_PORT, NetworkError, SandboxNetwork, apply_firewall, create_network
 from mitmchaos.plan import NO_COST_CEILING, Plan, load_plan
-from mitmchaos.podman_driver import (SANDBOX_UID, ContainerSpec, SandboxError, connect, labels, read_image_file,
-                                     run_container)
+from mitmchaos.podman_driver import SANDBOX_UID, ContainerSpec, SandboxError, connect, read_image_file, run_container
 from mitmchaos.proxy import ChaosProxy, ProxyError, free_port
 from mitmchaos.records import Phase, RepetitionRecord
 from mitmchaos.scripted_model import sandbox_keys
@@ -293,7 +292,7 @@ class Repetition:
         worktree = self._workspace(plan_file)
         net = create_network(s.client, f"mitmchaos-{rec.run_id}", rec.run_id, self.stack)
         proxy_port = free_port(net.gateway)
-        apply_firewall(net, proxy_port, s.run_id, rec.run_id, self.stack)
+        apply_firewall(net, proxy_port, rec.run_id, self.stack)
         self._spawn_resolver(net, plan_file)  # starts while the proxy does
         self._start_proxy(net, proxy_port, plan_file)
         self._await_resolver()
@@ -398,7 +397,7 @@ class Repetition:
         ]
         return ContainerSpec(image=self.s.image, command=["sh", "-c", command],
                              name=f"mitmchaos-{self.record.run_id}-{role}", network=net.name, dns=[net.gateway],
-                             env=env, mounts=mounts, labels=labels(self.record.run_id), workdir="/work")
+                             env=env, mounts=mounts, labels=resource_labels(self.record.run_id), workdir="/work")
 
     def _agent(self, net: SandboxNetwork, worktree: Path, plan_file: Path, runner_events: EventWriter) -> None:
         rec = self.record

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mitmchaos.cleanup import RUN_LABEL, chain_tag
+from mitmchaos.cleanup import RUN_LABEL, labelled
+from mitmchaos.network import chain_name
 
 BIN = Path(sys.executable).parent
 SITE_TEXT = "hello from the stand-in\n"
@@ -136,13 +137,13 @@ def bridges() -> set[str]:
 def leftovers(tmp: Path, project: Path, run_id: str | None, bridges_before: set[str]) -> list[str]:
     """Everything a run could leave behind, found by listing (empty when it cleaned up)."""
     found = []
-    for what, cmd in (("container", ["podman", "ps", "-a"]), ("network", ["podman", "network", "ls"])):
-        out = subprocess.run([*cmd, "--filter", f"label={RUN_LABEL}", "--format",
-                              "{{.Name}} {{index .Labels \"" + RUN_LABEL + "\"}}"], capture_output=True, text=True)
-        found += [f"{what} {line}" for line in out.stdout.splitlines() if run_id and run_id in line]
+    for kind in ("container", "network"):
+        found += [f"{kind} {item['name']}" for item in labelled(kind)
+                  if run_id and item["labels"].get(RUN_LABEL, "").startswith(run_id)]
     for tool in ("iptables", "ip6tables"):
         rules = subprocess.run([tool, "-S"], capture_output=True, text=True).stdout.splitlines()
-        found += [f"{tool} {r}" for r in rules if run_id and (run_id in r or f"MCX-{chain_tag(run_id)}" in r)]
+        chains = {chain_name(f"{run_id}-{rep}") for rep in ("b0", "f0")}
+        found += [f"{tool} {r}" for r in rules if run_id and (run_id in r or any(c in r for c in chains))]
     networks = subprocess.run(["podman", "network", "ls", "--format", "{{.NetworkInterface}}"], capture_output=True,
                               text=True).stdout.split()
     found += [f"bridge {b}" for b in bridges() - bridges_before - set(networks)]

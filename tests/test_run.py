@@ -180,3 +180,17 @@ def test_preflight_refuses_when_podman_cannot_run(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert "Podman is not usable" in result.stderr and "never falls back" in result.stderr
+
+
+def test_mitmchaos_cleanup_sweeps_what_a_killed_run_left(tmp_path):
+    run, project, before = start_run(tmp_path, "sleep 30", verify="true")
+    run.wait_for("baseline: agent")
+    time.sleep(1)
+    run.signal(signal.SIGKILL)  # no finally runs: everything is left behind
+    run.finish()
+    left = leftovers(tmp_path, project, run.run_id(), before)
+    assert any(item.startswith("container") for item in left) and any(i.startswith("process") for i in left)
+    result = subprocess.run(["mitmchaos", "cleanup"], env=run_env(tmp_path), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "removed container" in result.stdout and "removed process" in result.stdout
+    assert leftovers(tmp_path, project, run.run_id(), before) == []
