@@ -69,7 +69,7 @@ class ModelAPI:
         flow.request.headers["accept-encoding"] = "identity"
         await llm.inject(state, call, flow)
 
-    def responseheaders(self, flow: http.HTTPFlow) -> None:
+    async def responseheaders(self, flow: http.HTTPFlow) -> None:
         if "text/event-stream" not in flow.response.headers.get("content-type", ""):
             return
         call = self.calls.get(flow.id)
@@ -81,6 +81,7 @@ class ModelAPI:
         flow.response.stream = lambda data: self._pass(call, flow, data)
         if call.chunk_delay is not None:
             call.chunk_delay.start()
+            await call.chunk_delay.before_first_chunk()
 
     @staticmethod
     def _pass(call: Call, flow: http.HTTPFlow, data: bytes) -> bytes | list[bytes]:

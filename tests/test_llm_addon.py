@@ -72,7 +72,7 @@ def answer(api: ModelAPI, flow, turn: Turn, provider: str = "anthropic") -> None
     body = json.loads(flow.request.get_text())
     flow.response = tutils.tresp(content=json.dumps(WireReply(turn, body, provider).json()).encode())
     flow.response.headers["content-type"] = "application/json"
-    api.responseheaders(flow)
+    asyncio.run(api.responseheaders(flow))
     api.response(flow)
 
 

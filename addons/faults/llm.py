@@ -291,6 +291,11 @@ class ChunkDelay:
         reader.read = delayed_read
         self.restore = lambda: reader.__dict__.pop("read", None)
 
+    async def before_first_chunk(self) -> None:
+        # The read carrying the first chunk is already waiting when the stream starts.
+        if self.restore is not None:
+            await asyncio.sleep(self._next())
+
     def _next(self) -> float:
         if self.refused:
             return 0.0
