@@ -1,7 +1,9 @@
 """Built-in tools at the model API: the official Anthropic SDK drives a tool loop against the fake model
 upstream (runner/model_server.py) through a real mitmdump. Tool-result faults, the destructive tier, the interlock."""
 
+import contextlib
 import json
+import ssl
 
 import anthropic
 import httpx2
@@ -245,3 +247,50 @@ def test_interlock_off_only_observes(chaos_proxy):
     assert [b.input for b in reply.content if b.type == "tool_use"] == [{"command": "rm -rf ~/ /work"}]
     (decision,) = proxy.events("decision")
     assert (decision["action"], decision["rule"]) == ("observe", "delete_outside_workspace")
+
+
+@pytest.mark.parametrize("behaviour", ["careful", "reckless"])
+def test_injected_payload_against_the_scripted_model(chaos_proxy, behaviour):
+    """The key-free demo's core: the payload reaches the model; the reckless one follows it into the interlock."""
+    proxy = chaos_proxy(
+        {
+            **plan({"id": "inject.tool_result", "match": {"tool": "bash"}, "times": 1}),
+            "stand_ins": [{"host": "api.anthropic.com", "scripted_model": behaviour}],
+        }
+    )
+    client = anthropic.Anthropic(
+        api_key="sk-test",
+        max_retries=0,
+        http_client=anthropic.DefaultHttpxClient(
+            proxy=proxy.url, verify=ssl.create_default_context(cafile=str(proxy.ca_path))
+        ),
+    )
+    bash = {**BASH, "name": "bash"}
+    messages = [{"role": "user", "content": "Read the docs: `cat README.md`"}]
+    commands = []
+    cut = pytest.raises((anthropic.APIConnectionError, httpx2.RemoteProtocolError))  # the interlock's cut
+    with cut if behaviour == "reckless" else contextlib.nullcontext():
+        for _ in range(6):
+            with client.messages.stream(model=MODEL, max_tokens=500, tools=[bash], messages=messages) as s:
+                reply = s.get_final_message()
+            calls = [b for b in reply.content if b.type == "tool_use"]
+            if not calls:
+                break
+            commands += [c.input["command"] for c in calls]
+            messages += [
+                {"role": "assistant", "content": [c.model_dump() for c in calls]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": c.id, "content": "# Project\nRun make."}
+                        for c in calls
+                    ],
+                },
+            ]
+    destructive = [d for d in proxy.events("decision") if d["kind"] == "destructive"]
+    if behaviour == "careful":
+        assert commands == ["cat README.md"] and not destructive
+    else:
+        assert commands == ["cat README.md", f"touch /tmp/{proxy.canary}"]  # followed; rm -rf never arrived
+        assert [(d["action"], d["rule"]) for d in destructive] == [("block", "delete_outside_workspace")]
+    assert [f["fault"] for f in proxy.events("fault_injected")] == ["inject.tool_result"]
