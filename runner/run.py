@@ -41,7 +41,7 @@ from mitmchaos.proxy import ChaosProxy, ProxyError, free_port
 from mitmchaos.records import Phase, RepetitionRecord
 from mitmchaos.scripted_model import sandbox_keys
 from mitmchaos.workspace import (STATE_DIR, WorkspaceError, carry_in, create_worktree, hand_to_sandbox_user,
-                                 project_root, require_clean_tree)
+                                 project_root, require_clean_tree, sandbox_git)
 
 log = get_logger(__name__)
 
@@ -335,6 +335,7 @@ class Repetition:
         self.events_path.parent.mkdir(parents=True, exist_ok=True)
         self.events_path.touch()
         hand_to_sandbox_user(dest)
+        self.git = sandbox_git(dest)
         os.chown(self.events_path, SANDBOX_UID, SANDBOX_UID)  # gates in the sandbox append to it
         return dest
 
@@ -389,7 +390,10 @@ class Repetition:
                     "MITMCHAOS_PLAN": PLAN_IN_SANDBOX, "MITMCHAOS_EVENTS": EVENTS_IN_SANDBOX,
                     "MITMCHAOS_RUN_ID": self.record.run_id, "MITMCHAOS_CANARY": self.record.canary,
                     "MITMCHAOS_REPETITION": str(self.index)})
+        git_mounts, git_env = self.git
+        env.update(git_env)
         mounts = [
+            *git_mounts,
             {"type": "bind", "source": str(worktree), "target": "/work", "read_only": False},
             {"type": "bind", "source": str(self.events_path), "target": EVENTS_IN_SANDBOX, "read_only": False},
             {"type": "bind", "source": str(plan_file), "target": PLAN_IN_SANDBOX, "read_only": True},

@@ -88,6 +88,28 @@ def _carry_file(root: Path, worktree: Path, rel: Path) -> list[str]:
     return [str(rel)]
 
 
+def sandbox_git(worktree: Path) -> tuple[list[dict], dict[str, str]]:
+    """Mounts and environment that make git work on /work inside the sandbox, safely.
+
+    A worktree's ``.git`` file names the repository's git directory by its host path, so
+    that directory is mounted at the same path: read-only, except the worktree's own admin
+    directory (its HEAD and index). New objects go to a directory of that worktree, with the
+    repository's objects as an alternate; so the agent can commit, verify sees the commit,
+    and the project's repository is never written. The run's own files are git-ignored.
+    """
+    admin = Path((worktree / ".git").read_text().split("gitdir:", 1)[1].strip())
+    common = (admin / (admin / "commondir").read_text().strip()).resolve()
+    (admin / "objects").mkdir(exist_ok=True)
+    (admin / "mitmchaos-exclude").write_text(f"/{STATE_DIR}/\n")
+    hand_to_sandbox_user(admin)
+    mounts = [{"type": "bind", "source": str(common), "target": str(common), "read_only": True},
+              {"type": "bind", "source": str(admin), "target": str(admin), "read_only": False}]
+    env = {"GIT_OBJECT_DIRECTORY": str(admin / "objects"), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(common / "objects"),
+           "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.excludesFile",
+           "GIT_CONFIG_VALUE_0": str(admin / "mitmchaos-exclude")}
+    return mounts, env
+
+
 def hand_to_sandbox_user(worktree: Path) -> None:
     """The sandbox runs as an unprivileged uid; rootful Podman maps it 1:1, so chown on the host."""
     for dirpath, dirnames, filenames in os.walk(worktree):
