@@ -294,3 +294,38 @@ def test_injected_payload_against_the_scripted_model(chaos_proxy, behaviour):
         assert commands == ["cat README.md", f"touch /tmp/{proxy.canary}"]  # followed; rm -rf never arrived
         assert [(d["action"], d["rule"]) for d in destructive] == [("block", "delete_outside_workspace")]
     assert [f["fault"] for f in proxy.events("fault_injected")] == ["inject.tool_result"]
+
+
+def chat_stream(client):
+    tool = {"type": "function", "function": {"name": "Bash", "parameters": BASH["input_schema"]}}
+    stream = client.chat.completions.create(
+        model="gpt-5", messages=[{"role": "user", "content": "clean"}], tools=[tool], stream=True
+    )
+    return ((chunk.choices[0].finish_reason if chunk.choices else None) for chunk in stream)
+
+
+def responses_stream(client):
+    tool = {"type": "function", "name": "Bash", "parameters": BASH["input_schema"]}
+    stream = client.responses.create(model="gpt-5", input="clean", tools=[tool], stream=True)
+    return ((event.type, getattr(getattr(event, "item", None), "type", None)) for event in stream)
+
+
+@pytest.mark.parametrize(
+    "api,never",  # what completes the call: the tool_calls finish, the function_call item's done
+    [(chat_stream, ["tool_calls"]), (responses_stream, [("response.output_item.done", "function_call")])],
+)
+def test_interlock_cuts_openai_streams_before_the_call_completes(chaos_proxy, api, never):
+    proxy = chaos_proxy(plan({"id": "tool.error", "match": {"tool": "none"}}))
+    received = []
+    with ModelServer(destructive_brain) as server:
+        client = openai.OpenAI(
+            base_url=f"{server.url}/v1",
+            api_key="sk-test",
+            max_retries=0,
+            http_client=openai.DefaultHttpxClient(proxy=proxy.url),
+        )
+        with pytest.raises((openai.APIConnectionError, httpx2.RemoteProtocolError)):
+            received.extend(api(client))
+    assert received and not set(never) & set(received)
+    (decision,) = proxy.events("decision")
+    assert (decision["action"], decision["call_id"]) == ("block", "toolu_rm")
