@@ -40,7 +40,8 @@ class RateLimitOptions(FaultOptions):
 class Upstream5xxOptions(FaultOptions):
     status: Literal[500, 502, 503, 529] = Field(503, description="the error status (529 is Anthropic's overloaded)")
     stream_cut_after_chunks: int | None = Field(
-        None, ge=0, le=100_000, description="cut a streamed answer after this many SSE events instead of failing it"
+        None, ge=0, le=100_000,
+        description="cut a streamed answer after this many SSE events instead of failing it",
     )
     cut_mode: Literal["reset", "silent"] = Field(
         "reset", description="reset: the connection drops mid-stream; silent: the stream ends early with no error"
