@@ -54,8 +54,8 @@ class DestructiveTier:
 
     def tool_call(self, flow: http.HTTPFlow, call: providers.ToolCall) -> None:
         state = self.core.state
-        verdict = classify_call(call.name, call.input, ctx.options.chaos_workspace)
-        if state is None or verdict is None:
+        verdict = state and classify_call(call.name, call.input, ctx.options.chaos_workspace)
+        if not verdict:
             return
         interlock = ctx.options.chaos_interlock
         state.events.emit(

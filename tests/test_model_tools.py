@@ -9,7 +9,11 @@ import anthropic
 import httpx2
 import openai
 import pytest
+from mitmchaos.addons.core import ChaosCore
+from mitmchaos.addons.ledger import ToolLedger
+from mitmchaos.addons.model_tools import DestructiveTier
 from mitmchaos.model_server import ModelServer, ToolUse, Turn
+from mitmproxy.test import taddons
 
 MODEL = "claude-sonnet-4-6"
 BASH = {
@@ -329,3 +333,12 @@ def test_interlock_cuts_openai_streams_before_the_call_completes(chaos_proxy, ap
     assert received and not set(never) & set(received)
     (decision,) = proxy.events("decision")
     assert (decision["action"], decision["call_id"]) == ("block", "toolu_rm")
+
+
+def test_workspace_option_must_be_absolute():
+    core = ChaosCore()
+    tier = DestructiveTier(core, ToolLedger(core))
+    with taddons.context(core, tier) as tctx:
+        tctx.configure(tier, chaos_workspace="/home/me/project")
+        with pytest.raises(Exception, match="chaos_workspace must be an absolute path"):
+            tctx.configure(tier, chaos_workspace="project")
