@@ -116,9 +116,10 @@ class Progress:
         self.total = total
         self.label = ""
         self.current = ""
-        self.started = self.phase_started = self.last_tick = time.monotonic()
+        self.started = self.rep_started = self.phase_started = self.last_tick = time.monotonic()
 
     def repetition(self, number: int, phase: Phase, run_id: str) -> None:
+        self.rep_started = time.monotonic()
         self.label = f"rep {number}/{self.total} {phase}"
         self.say(f"{self.label} ({run_id})")
 
@@ -304,6 +305,9 @@ class Repetition:
                 self._verify(net, worktree, plan_file)
             runner_events.emit("repetition_finished", index=self.index, phase=self.phase,
                                agent_exit=rec.agent_exit, verify_exit=rec.verify_exit, duration_s=rec.duration_s)
+            s.progress.say(f"{s.progress.label}: done in {time.monotonic() - s.progress.rep_started:.1f}s, agent "
+                           f"exit {rec.agent_exit} ({rec.duration_s:.1f}s), verify exit {rec.verify_exit}, "
+                           f"faults fired {rec.extra.get('faults_fired', 0)}")
         finally:
             runner_events.close()
 
@@ -328,6 +332,8 @@ class Repetition:
             self.record.extra["worktree"] = str(dest)
         carried = carry_in(self.s.root, dest)
         self.record.extra["carried_in"] = carried
+        if carried and self.number == 1:
+            self.s.progress.say(f"carried into each worktree (project path rewritten to /work): {', '.join(carried)}")
         state = dest / STATE_DIR
         state.mkdir(exist_ok=True)
         (state / "events.jsonl").touch()
@@ -428,6 +434,8 @@ class Repetition:
                                self.stack, on_stdout=self._echo(), on_stderr=self._echo(stderr=True),
                                should_stop=should_stop)
         rec.duration_s = round(time.monotonic() - started, 3)
+        if rec.abort is None and rec.error is None:
+            should_stop()  # what the agent's last moments wrote: a fault fired, a ceiling crossed
         rec.agent_exit = result.exit_code
         self._save("agent.out", result.stdout)
         self._save("agent.err", result.stderr.encode())
