@@ -107,7 +107,12 @@ class ToolResultFaults:
         provider = providers.detect(flow.request.method, flow.request.path)
         if provider is None:
             return
-        body = json.loads(flow.request.get_text(strict=False))
+        try:
+            body = json.loads(flow.request.get_text(strict=False) or "")
+        except ValueError:
+            return
+        if not isinstance(body, dict):
+            return
         hits: list[str] = []
 
         def rewrite(call_id: str, text: str) -> tuple[str, bool] | None:
