@@ -1,19 +1,23 @@
 """Sandbox images, built from sandbox/ on first use and cached by tag.
 
 The default image is ``localhost/mitmchaos/sandbox:<version>``, the Node one the same tag
-with ``-node``. Their base is ``debian:bookworm-slim`` when it is already present (or
-``MITMCHAOS_PULL_BASE=1`` allows pulling it from a registry); otherwise a debootstrap'd
-bookworm rootfs imported as ``localhost/mitmchaos/base:bookworm``, because many machines
-reach a Debian mirror but no container registry. Builds shell out to the podman CLI
+with ``-node``; ``localhost/mitmchaos/claude-code:latest`` adds Claude Code to the Node one.
+Each carries a digest of the files in sandbox/ it was built from, and an image built from
+older files is rebuilt (layers cached). Their base is ``debian:bookworm-slim`` when it is
+already present (or ``MITMCHAOS_PULL_BASE=1`` allows pulling it from a registry); otherwise
+a debootstrap'd bookworm rootfs imported as ``localhost/mitmchaos/base:bookworm``, because
+many machines reach a Debian mirror but no container registry. Builds shell out to the podman CLI
 (``podman build`` and ``import``); their output is shown only when they fail.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import tempfile
 from contextlib import contextmanager
@@ -27,9 +31,11 @@ from mitmchaos.log import get_logger
 log = get_logger(__name__)
 
 REPOSITORY = "localhost/mitmchaos/sandbox"
+CLAUDE_CODE_IMAGE = "localhost/mitmchaos/claude-code:latest"  # the -node image plus Claude Code from npm
 LOCAL_BASE = "localhost/mitmchaos/base:bookworm"
 REGISTRY_BASE = "docker.io/library/debian:bookworm-slim"
 SUITE = "bookworm"
+CONTEXT_LABEL = "io.mitmchaos.context"  # the digest of sandbox/ an image of ours was built from
 
 
 class ImageError(RuntimeError):
@@ -48,11 +54,35 @@ def image_exists(tag: str) -> bool:
     return subprocess.run(["podman", "image", "exists", tag], capture_output=True).returncode == 0
 
 
+def build_inputs(tag: str) -> list[str]:
+    """The files in sandbox/ an image of ours is built from, its base image's included."""
+    if tag == CLAUDE_CODE_IMAGE:
+        return [*build_inputs(default_image(node=True)), "claude-code/Containerfile"]
+    if tag == default_image(node=True):
+        return [*build_inputs(default_image()), "Containerfile.node"]
+    return ["Containerfile", "agent/mitmchaos_agent.py"]
+
+
+def context_digest(tag: str) -> str:
+    digest = hashlib.sha256()
+    for name in build_inputs(tag):
+        digest.update(name.encode() + b"\0" + (sandbox_dir() / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _up_to_date(tag: str) -> bool:
+    label = f'{{{{index .Labels "{CONTEXT_LABEL}"}}}}'
+    result = subprocess.run(["podman", "image", "inspect", "--format", label, tag], capture_output=True,
+                            text=True)
+    return result.returncode == 0 and result.stdout.strip() == context_digest(tag)
+
+
 def ensure_image(tag: str) -> str:
-    """Return ``tag`` once it exists, building it if it is one of ours."""
-    if image_exists(tag):
+    """Return ``tag`` once it exists, building (or rebuilding) it if it is one of ours."""
+    ours = tag in (default_image(), default_image(node=True), CLAUDE_CODE_IMAGE)
+    if image_exists(tag) and (not ours or _up_to_date(tag)):
         return tag
-    if tag not in (default_image(), default_image(node=True)):
+    if not ours:
         raise ImageError(f"sandbox image {tag!r} does not exist; build it first (podman build -t {tag} ...)")
     with _build_lock():
         _build_ours(tag)
@@ -60,9 +90,12 @@ def ensure_image(tag: str) -> str:
 
 
 def _build_ours(tag: str) -> None:
-    if image_exists(tag):  # built by another process while we waited for the lock
+    if _up_to_date(tag):  # built by another process while we waited for the lock
         return
-    if tag == default_image(node=True):
+    if tag == CLAUDE_CODE_IMAGE:
+        _build_ours(default_image(node=True))
+        _build("claude-code/Containerfile", tag, {"SANDBOX": default_image(node=True)})
+    elif tag == default_image(node=True):
         _build_ours(default_image())
         _build("Containerfile.node", tag, {"SANDBOX": default_image()})
     else:
@@ -121,8 +154,18 @@ def _import_debootstrap_base() -> None:
 def _build(containerfile: str, tag: str, args: dict[str, str]) -> None:
     log.info("building sandbox image", tag=tag, containerfile=containerfile)
     build_args = [a for k, v in args.items() for a in ("--build-arg", f"{k}={v}")]
-    _podman("build", "--pull=never", "-f", str(sandbox_dir() / containerfile), *build_args, "-t", tag,
-            str(sandbox_dir()))
+    _podman("build", "--pull=never", "-f", str(sandbox_dir() / containerfile), *build_args,
+            "--secret", f"id=host-ca,src={host_ca_bundle()}",
+            "--label", f"{CONTEXT_LABEL}={context_digest(tag)}", "-t", tag, str(sandbox_dir()))
+
+
+def host_ca_bundle() -> str:
+    """The CA bundle the host trusts, given to builds that download packages (pip, npm)."""
+    paths = ssl.get_default_verify_paths()
+    for candidate in (os.environ.get("SSL_CERT_FILE"), paths.cafile, paths.openssl_cafile):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    raise ImageError("no CA bundle found on the host (set SSL_CERT_FILE to one)")
 
 
 def _podman(*args: str) -> None:
