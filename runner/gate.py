@@ -327,8 +327,13 @@ def gate_plan_json(plan: Plan) -> str:
 
 def load_gate_plan(path: str | os.PathLike) -> Plan | GatePlan:
     if not str(path).endswith(".json"):
-        from mitmchaos.plan import load_plan  # the whole package: pydantic, PyYAML
-
+        try:
+            from mitmchaos.plan import load_plan  # the whole package: pydantic, PyYAML
+        except ImportError as exc:
+            raise RuntimeError(
+                f"this gate cannot read the YAML plan {path} ({exc}); point MITMCHAOS_PLAN at the JSON "
+                "that mitmchaos.gate.gate_plan_json(plan) writes"
+            ) from exc
         return load_plan(path)
     data = json.loads(Path(path).read_text())
     faults = [

@@ -246,3 +246,19 @@ def test_json_plan_makes_the_same_decisions_as_the_yaml_plan(tmp_path):
 def _write(path, text):
     path.write_text(text)
     return path
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs a system python3")
+def test_installed_hook_given_a_yaml_plan_blocks_and_says_why(tmp_path):
+    install_hook(tmp_path)
+    (tmp_path / "plan.yaml").write_text(plan_text(mode="deny"))
+    proc = subprocess.run(
+        ["/usr/bin/python3", str(tmp_path / ".mitmchaos/hooks/pretooluse.py")],
+        input=json.dumps({"tool_name": "Bash", "tool_input": {"command": "ls"}}),
+        text=True,
+        capture_output=True,
+        timeout=30,
+        check=False,
+        env={"MITMCHAOS_PLAN": str(tmp_path / "plan.yaml"), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 2 and "gate_plan_json" in proc.stderr
