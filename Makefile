@@ -6,7 +6,11 @@ BIN     := $(VENV)/bin
 PY      := $(BIN)/python
 STAMP   := $(VENV)/.installed-stamp
 
-.PHONY: install host images browser test lint docs clean
+# Every shipped plan is a target, run in a scratch project: `make offline-registry-down`,
+# `make registry-down` (needs your key and agent), `make claude-code-429`, ...
+PLANS   := $(basename $(notdir $(wildcard plans/*.yaml)))
+
+.PHONY: install host images browser test lint docs clean demo $(PLANS)
 
 install: $(STAMP)
 
@@ -23,6 +27,16 @@ host:
 # The sandbox images, localhost/mitmchaos/sandbox:<version>[-node] (cached; about 2 min the first time).
 images: install host
 	$(BIN)/mitmchaos images
+
+# The key-free demo (about 2 min once the image exists): an offline experiment against the
+# careful and the reckless scripted model, scores side by side; fails unless careful wins.
+demo: install host
+	$(BIN)/mitmchaos images --no-node
+	$(BIN)/mitmchaos demo
+
+# Images a plan names (the default, -node, claude-code) are built on first use.
+$(PLANS): install host
+	$(BIN)/mitmchaos example plans/$@.yaml
 
 # Headless Chromium, for the test that renders the HTML report (needs root once to install).
 browser:
