@@ -225,7 +225,8 @@ def spawn(stack: CleanupStack, cmd: list[str], **popen_args: Any) -> tuple[subpr
     ignore SIGTERM); the undo is pushed first instead, and learns the PID after.
     """
     started: list[subprocess.Popen] = []
-    undo = stack.push("process", live=lambda: terminate(started[0] if started else None), pid=None, start_time=None)
+    undo = stack.push("process", live=lambda: terminate(started[0] if started else None),
+                      pid=None, start_time=None)
     process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, **popen_args)
     started.append(process)
     stack.update(undo, pid=process.pid, start_time=process_start_time(process.pid))

@@ -69,7 +69,9 @@ class AbortMonitor:
                     "observed": {k: seen.get(k) for k in ("action", "tool", "host", "rule", "tier", "reason")
                                  if seen.get(k) is not None}}
         if self.cost_ceiling is not None and self.cost_usd > self.cost_ceiling:
-            return {"condition": "cost_usd_above", "value": self.cost_ceiling, "observed": round(self.cost_usd, 6)}
+            return {"condition": "cost_usd_above", "value": self.cost_ceiling,
+                    "observed": round(self.cost_usd, 6)}
         if self.wall_clock is not None and elapsed_s > self.wall_clock:
-            return {"condition": "wall_clock_s_above", "value": self.wall_clock, "observed": round(elapsed_s, 1)}
+            return {"condition": "wall_clock_s_above", "value": self.wall_clock,
+                    "observed": round(elapsed_s, 1)}
         return None

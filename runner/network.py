@@ -75,7 +75,8 @@ def _free_subnet(client) -> ipaddress.IPv4Network:
             taken.append(ipaddress.ip_network(word, strict=False))
         except ValueError:
             continue
-    free = [s for s in SUBNET_POOL if not any(s.overlaps(t) for t in taken if t.version == 4 and t.prefixlen > 0)]
+    taken = [t for t in taken if t.version == 4 and t.prefixlen > 0]  # not the default route
+    free = [s for s in SUBNET_POOL if not any(s.overlaps(t) for t in taken)]
     if not free:
         raise NetworkError("no free /24 for the sandbox network in 10.89.100.0-10.89.249.0")
     return random.choice(free)  # parallel runs rarely race for the same one

@@ -72,8 +72,8 @@ def read_image_file(client: PodmanClient, image: str, path: str) -> bytes | None
 
     Also the preflight proof that containers start here at all: the API answering is not enough.
     """
-    result = run_container(client, ContainerSpec(image=image, command=["cat", path], name=None, network="none"),
-                           stack=None)
+    spec = ContainerSpec(image=image, command=["cat", path], name=None, network="none")
+    result = run_container(client, spec, stack=None)
     return result.stdout if result.exit_code == 0 else None
 
 

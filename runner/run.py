@@ -36,7 +36,8 @@ from mitmchaos.log import get_logger
 from mitmchaos.monitor import AbortMonitor
 from mitmchaos.network import DNS_PORT, NetworkError, SandboxNetwork, apply_firewall, create_network
 from mitmchaos.plan import NO_COST_CEILING, Plan, load_plan
-from mitmchaos.podman_driver import SANDBOX_UID, ContainerSpec, SandboxError, connect, read_image_file, run_container
+from mitmchaos.podman_driver import (SANDBOX_UID, ContainerSpec, SandboxError, connect, read_image_file,
+                                     run_container)
 from mitmchaos.proxy import ChaosProxy, ProxyError, free_port
 from mitmchaos.records import Phase, RepetitionRecord
 from mitmchaos.scripted_model import sandbox_keys
@@ -49,7 +50,8 @@ PROVIDER_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # the image's bundle, replaced by one that trusts the proxy
 PLAN_IN_SANDBOX = f"/work/{STATE_DIR}/plan.yaml"
 EVENTS_IN_SANDBOX = f"/work/{STATE_DIR}/events.jsonl"
-ARTIFACTS = ("events.jsonl", "agent.out", "agent.err", "verify.out", "proxy.log", "resolver.log", "flows.mitm")
+ARTIFACTS = ("events.jsonl", "agent.out", "agent.err", "verify.out", "proxy.log", "resolver.log",
+             "flows.mitm")
 RESOLVER_START_S = 15.0
 
 
@@ -132,7 +134,8 @@ class Progress:
         now = time.monotonic()
         if now - self.last_tick >= every:
             self.last_tick = now
-            self.say(f"{self.label}: {self.current} {now - self.phase_started:.0f}s, faults fired {faults_fired}")
+            elapsed = now - self.phase_started
+            self.say(f"{self.label}: {self.current} {elapsed:.0f}s, faults fired {faults_fired}")
 
     def say(self, text: str) -> None:
         print(f"[mitmchaos {time.monotonic() - self.started:6.1f}s] {text}", file=self.stream, flush=True)
@@ -240,7 +243,7 @@ class Shared:
 
 
 def absolute_stand_in_paths(data: dict, plan_dir: Path) -> dict:
-    """Plan data whose stand-in files (relative to the plan's directory) are absolute: loadable from anywhere."""
+    """Stand-in files (relative to the plan's directory) made absolute, so the plan loads from anywhere."""
     for stand_in in data.get("stand_ins") or []:
         for key in ("dir", "flows"):
             if stand_in.get(key):
@@ -260,7 +263,8 @@ class Repetition:
         self.phase = phase
         self.index = index
         run_id = f"{shared.run_id}-{phase[0]}{index}"
-        self.record = RepetitionRecord(index, phase, run_id, new_canary(), artifacts_root / f"{phase}-{index + 1}")
+        self.record = RepetitionRecord(index, phase, run_id, new_canary(),
+                                       artifacts_root / f"{phase}-{index + 1}")
         self.number = number
         self.stack = CleanupStack(run_id)
         with signals_deferred():
@@ -274,7 +278,8 @@ class Repetition:
     def run(self) -> RepetitionRecord:
         try:
             self._run()
-        except (RepetitionFailed, SandboxError, NetworkError, WorkspaceError, ProxyError, APIError, OSError) as exc:
+        except (RepetitionFailed, SandboxError, NetworkError, WorkspaceError, ProxyError, APIError,
+                OSError) as exc:
             self.record.error = f"{type(exc).__name__}: {exc}"
             self.s.progress.say(f"repetition failed: {self.record.error}")
         finally:
@@ -304,9 +309,11 @@ class Repetition:
             if rec.abort is None and rec.error is None:
                 self._verify(net, worktree, plan_file)
             runner_events.emit("repetition_finished", index=self.index, phase=self.phase,
-                               agent_exit=rec.agent_exit, verify_exit=rec.verify_exit, duration_s=rec.duration_s)
-            s.progress.say(f"{s.progress.label}: done in {time.monotonic() - s.progress.rep_started:.1f}s, agent "
-                           f"exit {rec.agent_exit} ({rec.duration_s:.1f}s), verify exit {rec.verify_exit}, "
+                               agent_exit=rec.agent_exit, verify_exit=rec.verify_exit,
+                               duration_s=rec.duration_s)
+            took = time.monotonic() - s.progress.rep_started
+            s.progress.say(f"{s.progress.label}: done in {took:.1f}s, agent exit {rec.agent_exit} "
+                           f"({rec.duration_s:.1f}s), verify exit {rec.verify_exit}, "
                            f"faults fired {rec.extra.get('faults_fired', 0)}")
         finally:
             runner_events.close()
@@ -333,7 +340,8 @@ class Repetition:
         carried = carry_in(self.s.root, dest)
         self.record.extra["carried_in"] = carried
         if carried and self.number == 1:
-            self.s.progress.say(f"carried into each worktree (project path rewritten to /work): {', '.join(carried)}")
+            self.s.progress.say("carried into each worktree (project path rewritten to /work): "
+                                + ", ".join(carried))
         state = dest / STATE_DIR
         state.mkdir(exist_ok=True)
         (state / "events.jsonl").touch()
@@ -356,12 +364,14 @@ class Repetition:
         # pushed first: an interrupt while it starts up must still stop it
         self.undo_proxy = self.stack.push("process", live=proxy.stop, pid=None, start_time=None)
         proxy.start()  # raises ProxyError with the log when it exits or never answers
-        self.stack.update(self.undo_proxy, pid=proxy.process.pid, start_time=process_start_time(proxy.process.pid))
+        pid = proxy.process.pid
+        self.stack.update(self.undo_proxy, pid=pid, start_time=process_start_time(pid))
 
     def _spawn_resolver(self, net: SandboxNetwork, plan_file: Path) -> None:
         cmd = [str(Path(sys.executable).with_name("mitmchaos")), "resolver", "--plan", str(plan_file),
                "--events", str(self.events_path), "--listen", f"{net.gateway}:{DNS_PORT}",
-               "--run-id", self.record.run_id, "--canary", self.record.canary, "--repetition", str(self.index)]
+               "--run-id", self.record.run_id, "--canary", self.record.canary,
+               "--repetition", str(self.index)]
         with open(self.scratch / "resolver.log", "ab") as log_file:
             process, self.undo_resolver = spawn(self.stack, cmd, stdout=log_file, stderr=subprocess.STDOUT)
         self.resolver = process
@@ -373,7 +383,8 @@ class Repetition:
             if process.poll() is not None:
                 raise RepetitionFailed(f"the resolver exited with {process.returncode} at start-up:\n"
                                        f"{_tail(self.scratch / 'resolver.log')}")
-            if any(e.get("component") == "resolver" for e in read_events(self.events_path).of_type("plan_loaded")):
+            loaded = read_events(self.events_path).of_type("plan_loaded")
+            if any(e.get("component") == "resolver" for e in loaded):
                 return
             time.sleep(0.05)
         raise RepetitionFailed(f"the resolver did not come up within {RESOLVER_START_S:.0f}s:\n"
@@ -387,12 +398,14 @@ class Repetition:
         for name in (*PROVIDER_KEYS, *self.s.plan.env):  # by name: the plan never holds a value
             if name in os.environ:
                 env[name] = os.environ[name]
-        env.update(sandbox_keys(self.s.plan))  # a placeholder, never the real key, where the scripted model answers
+        # a placeholder, never the real key, where the scripted model answers
+        env.update(sandbox_keys(self.s.plan))
         url = self.proxy.url
         env.update({"HTTPS_PROXY": url, "HTTP_PROXY": url, "https_proxy": url, "http_proxy": url,
                     "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "localhost,127.0.0.1",
-                    "SSL_CERT_FILE": CA_BUNDLE, "REQUESTS_CA_BUNDLE": CA_BUNDLE, "NODE_EXTRA_CA_CERTS": CA_BUNDLE,
-                    "PIP_CERT": CA_BUNDLE, "CURL_CA_BUNDLE": CA_BUNDLE, "GIT_SSL_CAINFO": CA_BUNDLE,
+                    **{name: CA_BUNDLE for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+                                                    "NODE_EXTRA_CA_CERTS", "PIP_CERT", "CURL_CA_BUNDLE",
+                                                    "GIT_SSL_CAINFO")},
                     "MITMCHAOS_PLAN": PLAN_IN_SANDBOX, "MITMCHAOS_EVENTS": EVENTS_IN_SANDBOX,
                     "MITMCHAOS_RUN_ID": self.record.run_id, "MITMCHAOS_CANARY": self.record.canary,
                     "MITMCHAOS_REPETITION": str(self.index)})
@@ -400,16 +413,18 @@ class Repetition:
         env.update(git_env)
         mounts = [
             *git_mounts,
-            {"type": "bind", "source": str(worktree), "target": "/work", "read_only": False},
-            {"type": "bind", "source": str(self.events_path), "target": EVENTS_IN_SANDBOX, "read_only": False},
-            {"type": "bind", "source": str(plan_file), "target": PLAN_IN_SANDBOX, "read_only": True},
-            {"type": "bind", "source": str(self.s.bundle), "target": CA_BUNDLE, "read_only": True},
+            _bind(worktree, "/work"),
+            _bind(self.events_path, EVENTS_IN_SANDBOX),
+            _bind(plan_file, PLAN_IN_SANDBOX, read_only=True),
+            _bind(self.s.bundle, CA_BUNDLE, read_only=True),
         ]
         return ContainerSpec(image=self.s.image, command=["sh", "-c", command],
-                             name=f"mitmchaos-{self.record.run_id}-{role}", network=net.name, dns=[net.gateway],
-                             env=env, mounts=mounts, labels=resource_labels(self.record.run_id), workdir="/work")
+                             name=f"mitmchaos-{self.record.run_id}-{role}", network=net.name,
+                             dns=[net.gateway], env=env, mounts=mounts,
+                             labels=resource_labels(self.record.run_id), workdir="/work")
 
-    def _agent(self, net: SandboxNetwork, worktree: Path, plan_file: Path, runner_events: EventWriter) -> None:
+    def _agent(self, net: SandboxNetwork, worktree: Path, plan_file: Path, runner_events: EventWriter
+               ) -> None:
         rec = self.record
         monitor = AbortMonitor(self.s.plan, self.events_path)
         self.s.progress.phase("agent")
@@ -430,9 +445,9 @@ class Repetition:
                 return "error"
             return None
 
-        result = run_container(self.s.client, self._container(net, worktree, plan_file, "agent", self.s.plan.agent),
-                               self.stack, on_stdout=self._echo(), on_stderr=self._echo(stderr=True),
-                               should_stop=should_stop)
+        spec = self._container(net, worktree, plan_file, "agent", self.s.plan.agent)
+        result = run_container(self.s.client, spec, self.stack, on_stdout=self._echo(),
+                               on_stderr=self._echo(stderr=True), should_stop=should_stop)
         rec.duration_s = round(time.monotonic() - started, 3)
         if rec.abort is None and rec.error is None:
             should_stop()  # what the agent's last moments wrote: a fault fired, a ceiling crossed
@@ -445,8 +460,9 @@ class Repetition:
 
     def _verify(self, net: SandboxNetwork, worktree: Path, plan_file: Path) -> None:
         self.s.progress.phase("verify")
-        result = run_container(self.s.client, self._container(net, worktree, plan_file, "verify", self.s.plan.verify),
-                               self.stack, on_stdout=self._echo(), on_stderr=self._echo(stderr=True))
+        spec = self._container(net, worktree, plan_file, "verify", self.s.plan.verify)
+        result = run_container(self.s.client, spec, self.stack, on_stdout=self._echo(),
+                               on_stderr=self._echo(stderr=True))
         self.record.verify_exit = result.exit_code
         self._save("verify.out", result.stdout + result.stderr.encode())
 
@@ -507,6 +523,10 @@ def mask_secrets(directory: Path, secrets_: list[str]) -> None:
             masked = masked.replace(needle, b"*" * len(needle))
         if masked != data:
             path.write_bytes(masked)
+
+
+def _bind(source: Path, target: str, read_only: bool = False) -> dict:
+    return {"type": "bind", "source": str(source), "target": target, "read_only": read_only}
 
 
 def _tail(path: Path, chars: int = 2000) -> str:

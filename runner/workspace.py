@@ -19,7 +19,8 @@ from mitmchaos.podman_driver import SANDBOX_UID
 SANDBOX_ROOT = "/work"
 STATE_DIR = ".mitmchaos"  # in the worktree: plan, events, gate scripts; writable by the sandbox user
 GATE_DIRS = (".mitmchaos/hooks",)
-HOOK_SETTINGS = (".claude/settings.json", ".claude/settings.local.json", ".codex/hooks.json", ".cursor/hooks.json")
+HOOK_SETTINGS = (".claude/settings.json", ".claude/settings.local.json", ".codex/hooks.json",
+                 ".cursor/hooks.json")
 
 
 class WorkspaceError(RuntimeError):
@@ -104,7 +105,8 @@ def sandbox_git(worktree: Path) -> tuple[list[dict], dict[str, str]]:
     hand_to_sandbox_user(admin)
     mounts = [{"type": "bind", "source": str(common), "target": str(common), "read_only": True},
               {"type": "bind", "source": str(admin), "target": str(admin), "read_only": False}]
-    env = {"GIT_OBJECT_DIRECTORY": str(admin / "objects"), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(common / "objects"),
+    env = {"GIT_OBJECT_DIRECTORY": str(admin / "objects"),
+           "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(common / "objects"),
            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.excludesFile",
            "GIT_CONFIG_VALUE_0": str(admin / "mitmchaos-exclude")}
     return mounts, env

@@ -43,8 +43,8 @@ def podman_usable() -> str | None:
     if os.geteuid() != 0:
         return "rootful Podman and iptables need root"
     try:
-        info = subprocess.run(["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"], capture_output=True,
-                              text=True, timeout=60)
+        info = subprocess.run(["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"],
+                              capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
         return "podman is not installed (run `make host`)"
     if info.returncode != 0:
@@ -58,8 +58,8 @@ def require_podman() -> None:
         pytest.skip(f"REAL PODMAN SANDBOX TESTS SKIPPED: {reason}")
 
 
-def make_project(root: Path, agent: str, verify: str, extra_abort: str = "", files: dict[str, str] | None = None
-                 ) -> Path:
+def make_project(root: Path, agent: str, verify: str, extra_abort: str = "",
+                 files: dict[str, str] | None = None) -> Path:
     """A git repository with a stand-in site and a plan, committed (a run needs a clean tree)."""
     root.mkdir(parents=True)
     (root / "site").mkdir()
@@ -90,8 +90,9 @@ class RunProcess:
     def __init__(self, project: Path, tmp: Path, out: Path, env: dict[str, str], extra_args=()):
         self.lines: list[str] = []
         self.stdout = b""
-        self.proc = subprocess.Popen([str(BIN / "mitmchaos"), "run", "plan.yaml", "--out", str(out), *extra_args],
-                                     cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        cmd = [str(BIN / "mitmchaos"), "run", "plan.yaml", "--out", str(out), *extra_args]
+        self.proc = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -130,7 +131,8 @@ class RunProcess:
 
 
 def bridges() -> set[str]:
-    out = subprocess.run(["ip", "-o", "link", "show", "type", "bridge"], capture_output=True, text=True).stdout
+    out = subprocess.run(["ip", "-o", "link", "show", "type", "bridge"], capture_output=True,
+                         text=True).stdout
     return {line.split(":")[1].strip() for line in out.splitlines()}
 
 
@@ -144,8 +146,8 @@ def leftovers(tmp: Path, project: Path, run_id: str | None, bridges_before: set[
         rules = subprocess.run([tool, "-S"], capture_output=True, text=True).stdout.splitlines()
         chains = {chain_name(f"{run_id}-{rep}") for rep in ("b0", "f0")}
         found += [f"{tool} {r}" for r in rules if run_id and (run_id in r or any(c in r for c in chains))]
-    networks = subprocess.run(["podman", "network", "ls", "--format", "{{.NetworkInterface}}"], capture_output=True,
-                              text=True).stdout.split()
+    networks = subprocess.run(["podman", "network", "ls", "--format", "{{.NetworkInterface}}"],
+                              capture_output=True, text=True).stdout.split()
     found += [f"bridge {b}" for b in bridges() - bridges_before - set(networks)]
     marker = str(tmp / "tmp").encode()
     for proc in Path("/proc").iterdir():
@@ -155,9 +157,10 @@ def leftovers(tmp: Path, project: Path, run_id: str | None, bridges_before: set[
             except OSError:
                 continue
             if marker in cmdline:
-                found.append(f"process {proc.name}: {cmdline.replace(b'\0', b' ')[:200].decode(errors='replace')}")
-    worktrees = subprocess.run(["git", "-C", str(project), "worktree", "list", "--porcelain"], capture_output=True,
-                               text=True).stdout
+                shown = cmdline.replace(b"\0", b" ")[:200].decode(errors="replace")
+                found.append(f"process {proc.name}: {shown}")
+    worktrees = subprocess.run(["git", "-C", str(project), "worktree", "list", "--porcelain"],
+                               capture_output=True, text=True).stdout
     found += [f"worktree {line}" for line in worktrees.splitlines()
               if line.startswith("worktree ") and line != f"worktree {project}"]
     found += [f"temp {p}" for p in (tmp / "tmp").iterdir()] if (tmp / "tmp").exists() else []

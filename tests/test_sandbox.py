@@ -40,7 +40,8 @@ def test_debian_mirror_is_read_from_apt_config(tmp_path):
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list.d" / "debian.sources").write_text(
         "Types: deb\nURIs: http://mirror.example.test/debian-security\nSuites: bookworm-security\n\n"
-        "Types: deb\n# a comment\nURIs: http://mirror.example.test/debian\nSuites: bookworm bookworm-updates\n")
+        "Types: deb\n# a comment\nURIs: http://mirror.example.test/debian\n"
+        "Suites: bookworm bookworm-updates\n")
     assert images.debian_mirror(tmp_path) == "http://mirror.example.test/debian"
     (tmp_path / "sources.list.d" / "debian.sources").unlink()
     (tmp_path / "sources.list").write_text("deb [arch=amd64] http://old.example.test/debian bookworm main\n")
@@ -69,7 +70,8 @@ def test_abort_monitor_sums_cost_and_waits_for_whole_lines(tmp_path):
     events = tmp_path / "events.jsonl"
     monitor = AbortMonitor(parse_plan_text(PLAN), events)
     assert monitor.check(1) is None  # no file yet
-    write_events(events, {"type": "llm_call", "cost_usd": 1.0}, {"type": "fault_injected"}, partial='{"type": "llm')
+    write_events(events, {"type": "llm_call", "cost_usd": 1.0}, {"type": "fault_injected"},
+                 partial='{"type": "llm')
     assert monitor.check(1) is None and monitor.faults_fired == 1
     with open(events, "a") as fh:
         fh.write('_call", "cost_usd": 0.6, "ts": 1, "component": "proxy"}\nnot json\n')
@@ -100,8 +102,8 @@ def test_gates_and_hook_settings_are_carried_in_with_paths_rewritten(tmp_path):
     (project / ".claude").mkdir()
     (project / ".claude" / "settings.json").write_text(committed % "/elsewhere")
     subprocess.run(["git", "-C", str(project), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(project), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "s"],
-                   check=True)
+    subprocess.run(["git", "-C", str(project), "-c", "user.email=t@t", "-c", "user.name=t",
+                    "commit", "-qm", "s"], check=True)
     # what a hook setup generated locally: not committed, names this machine's path
     (project / ".claude" / "settings.json").write_text(committed % project)  # the committed copy wins
     (project / ".claude" / "settings.local.json").write_text(committed % project)
@@ -115,7 +117,8 @@ def test_gates_and_hook_settings_are_carried_in_with_paths_rewritten(tmp_path):
         assert (worktree / ".claude" / "settings.local.json").read_text() == committed % "/work"
         assert (worktree / ".claude" / "settings.json").read_text() == committed % "/elsewhere"
         assert (worktree / ".mitmchaos" / "hooks" / "gate.js").read_text() == "// lives in /work\n"
-        assert (project / ".claude" / "settings.local.json").read_text() == committed % project  # project untouched
+        # the project itself is untouched
+        assert (project / ".claude" / "settings.local.json").read_text() == committed % project
     finally:
         stack.close()
     assert not (tmp_path / "wt").exists()
@@ -174,7 +177,8 @@ PROBE = r"""#!/bin/sh
 # Each escape attempt prints BLOCKED or OPEN; the controls print CONTROL-OK or CONTROL-FAILED.
 gw=$(echo "$HTTPS_PROXY" | sed -E 's#^http://([^:/]+):.*#\1#')
 try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "OPEN $name"; else echo "BLOCKED $name"; fi; }
-ctl() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "CONTROL-OK $name"; else echo "CONTROL-FAILED $name"; fi; }
+ctl() { name=$1; shift
+  if "$@" >/dev/null 2>&1; then echo "CONTROL-OK $name"; else echo "CONTROL-FAILED $name"; fi; }
 ctl proxy curl -sSf -m 10 https://docs.example.test/hello.txt
 ctl resolver sh -c "getent hosts anything.test | grep -q $gw"
 try host-loopback curl -sS --noproxy '*' -m 3 "http://127.0.0.1:$1/"
@@ -189,7 +193,8 @@ import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.connect(('$gw', $3))
 s.send(b'query'); sys.exit(0 if s.recv(100) else 1)"
 try public-dns python3 -c "
-import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.connect(('8.8.8.8', 53))
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.connect(('8.8.8.8', 53))
 s.send(b'x'); s.recv(10)"
 try become-root sh -c 'test "$(id -u)" = 0'
 try capabilities sh -c 'grep CapEff /proc/self/status | grep -qv 0000000000000000'
@@ -214,7 +219,8 @@ class _V6TCP(socketserver.ThreadingTCPServer):
     address_family = socket.AF_INET6
 
     def server_bind(self):
-        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # the IPv4 server has the port there
+        # the IPv4 server has the same port
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         super().server_bind()
 
 
@@ -224,7 +230,8 @@ def host_services():
     servers = [socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Answer),
                socketserver.ThreadingTCPServer(("0.0.0.0", 0), _Answer),
                socketserver.ThreadingUDPServer(("0.0.0.0", 0), _Answer)]
-    v6 = _V6TCP(("::", servers[1].server_address[1]), _Answer)  # same port on [::], for the link-local attempt
+    # the same port on [::], for the link-local attempt
+    v6 = _V6TCP(("::", servers[1].server_address[1]), _Answer)
     for server in (*servers, v6):
         threading.Thread(target=server.serve_forever, daemon=True).start()
     with socket.create_connection(("127.0.0.1", servers[1].server_address[1]), timeout=3) as s:
@@ -243,7 +250,8 @@ def other_container():
     tag = secrets.token_hex(4)
     net, name = f"mitmchaos-test-{tag}", f"mitmchaos-test-target-{tag}"
     label = ["--label", "mitmchaos.test=escape"]
-    subprocess.run(["podman", "network", "create", "--internal", *label, net], check=True, capture_output=True)
+    subprocess.run(["podman", "network", "create", "--internal", *label, net], check=True,
+                   capture_output=True)
     try:
         subprocess.run(["podman", "run", "-d", "--name", name, *label, "--network", net, image,
                         "python3", "-m", "http.server", "8000"], check=True, capture_output=True)
