@@ -281,3 +281,27 @@ def test_escape_attempts_from_the_sandbox_all_fail(tmp_path, host_services, othe
         assert f"BLOCKED {escape}\n" in out, f"{escape} was not blocked:\n{out}"
     assert "OPEN" not in out
     assert leftovers(tmp_path, project, run.run_id(), before) == []
+
+
+@pytest.mark.podman
+def test_the_node_image_has_node_and_npm_and_the_same_unprivileged_user():
+    require_podman()
+    image = images.ensure_image(images.default_image(node=True))
+    out = subprocess.run(["podman", "run", "--rm", "--network", "none", image, "sh", "-c",
+                          "id -u; node --version; npm --version; echo $HOME; touch $HOME/x"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    uid, node, npm, home = out.stdout.split()
+    assert uid == "1000" and node.startswith("v") and npm[0].isdigit() and home == "/home/agent"
+
+
+@pytest.mark.podman
+def test_a_missing_sandbox_image_stops_the_run_before_anything_starts(tmp_path):
+    require_podman()
+    project = make_project(tmp_path / "project", "true", "true")
+    before = bridges()
+    result = subprocess.run(["mitmchaos", "run", "plan.yaml", "--sandbox-image", "localhost/no-such-image:1"],
+                            cwd=project, env=run_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "no-such-image" in result.stderr and "does not exist" in result.stderr
+    assert leftovers(tmp_path, project, "no-run-started", before) == []
