@@ -262,5 +262,82 @@ def report(run_dir: Path, out: Path | None) -> None:
     sys.exit(result.exit_code)
 
 
+def _batch_options(command):
+    """The options `suite` and `sweep` share."""
+    for option in reversed([
+        click.argument("path", metavar="FILE", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
+        click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Report path (default: under the temp directory); each experiment's run and reports go "
+                          "in a directory beside it."),
+        click.option("--repeat", type=click.IntRange(1, 20), help="Repetitions per phase, overriding the file's."),
+        click.option("--sandbox-image", help="Sandbox image (overrides the plans' sandbox_image)."),
+        click.option("--keep", is_flag=True, help="Keep each repetition's worktree."),
+        click.option("--scratch", is_flag=True, help="Run in a fresh git project instead of the current one "
+                                                     "(for tasks that need nothing from it, like the key-free ones)."),
+    ]):
+        command = option(command)
+    return command
+
+
+@main.command()
+@_batch_options
+def suite(path: Path, out: Path | None, repeat: int | None, sandbox_image: str | None, keep: bool,
+          scratch: bool) -> None:
+    """Run several fault sets (and tasks) against one shared baseline per task; compare them in one table.
+
+    Exit code: the highest of the experiments' (0 scored, 1 aborted, 2 invalid or inconclusive).
+    """
+    from mitmchaos.report.comparison import render_suite_text, write_suite_reports
+    from mitmchaos.suite import load_suite, run_suite
+
+    _batch("suite", path, load_suite, run_suite, write_suite_reports, render_suite_text, out, repeat, sandbox_image,
+           keep, scratch)
+
+
+@main.command()
+@_batch_options
+def sweep(path: Path, out: Path | None, repeat: int | None, sandbox_image: str | None, keep: bool,
+          scratch: bool) -> None:
+    """Sweep one fault parameter over a list of values; draw the resilience curve and its breaking point.
+
+    Exit code: the highest of the values' experiments' (0 scored, 1 aborted, 2 invalid or inconclusive).
+    """
+    from mitmchaos.report.curve import render_sweep_text, write_sweep_reports
+    from mitmchaos.sweep import load_sweep, run_sweep
+
+    _batch("sweep", path, load_sweep, run_sweep, write_sweep_reports, render_sweep_text, out, repeat, sandbox_image,
+           keep, scratch)
+
+
+def _batch(command: str, path: Path, load, run, write, render, out: Path | None, repeat: int | None,
+           sandbox_image: str | None, keep: bool, scratch: bool) -> None:
+    """Load a suite or sweep file, run its experiments against one baseline per task, write its reports."""
+    from mitmchaos.examples import default_workdir, scratch_project
+    from mitmchaos.plan import PlanError
+    from mitmchaos.run import Interrupted, RunError, RunSettings, default_report_path, new_run_id
+
+    try:
+        spec, expansions = load(path, repeat)
+    except PlanError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    out = out or default_report_path(spec, new_run_id())
+    template = RunSettings(path, sandbox_image, None, keep)
+    if scratch:  # the tasks' stand-in paths are absolute, so any clean project will do
+        template.cwd = scratch_project(expansions[0].source, default_workdir(spec.name) / "project").parent
+    try:
+        result = run(spec, expansions, template, out.with_suffix(""))
+    except RunError as exc:
+        click.echo(f"mitmchaos {command}: {exc}", err=True)
+        sys.exit(2)
+    except Interrupted as exc:
+        click.echo(f"mitmchaos {command}: interrupted ({exc}); everything it set up was removed", err=True)
+        sys.exit(130)
+    paths = write(result, out)
+    click.echo(render(result))
+    click.echo("reports    : " + ", ".join(str(p) for p in paths.values()))
+    sys.exit(result.exit_code)
+
+
 if __name__ == "__main__":
     main()

@@ -327,7 +327,7 @@ def _message(err: dict, loc: tuple, data: Any, root: type[BaseModel]) -> str:
     if kind == "literal_error":
         expected = ctx.get("expected", "")
         return f"{err['input']!r} is not allowed (allowed: {expected.replace(' or ', ', ').replace(chr(39), '')})"
-    if kind == "string_pattern_mismatch" and loc == ("name",):
+    if kind == "string_pattern_mismatch" and loc[-1:] == ("name",):
         return f"{err['input']!r}: use lowercase letters, digits and hyphens (e.g. registry-down)"
     msg = err["msg"]
     if msg.startswith("Value error, "):
