@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mitmchaos.addons.annotate import annotate
 from mitmchaos.addons.faults.llm import draw_delay
 from mitmchaos.addons.faults.mcp import ToolsetChangeOptions, change_toolset
 from mitmchaos.addons.faults.tool import error_message, result_rewriters, stale_text
@@ -45,7 +46,8 @@ class Exchange:
     method: str
     session: str | None
     tool: str | None = None
-    fault: Injection | None = None  # a result fault, applied on the way back
+    fault: Injection | None = None  # a result fault, applied on the way back ...
+    flow: http.HTTPFlow | None = None  # ... and recorded on this flow
     notify: bool = False  # send tools/list_changed ahead of the answer
     answered: bool = False  # the proxy answered; the server never saw the call
     stateless: bool = False  # the 2026-07-28 protocol: results carry resultType
@@ -101,11 +103,14 @@ class McpTraffic:
         if change is not None:
             self.toolset = change.options
             ex.notify = self.toolset.notify and "text/event-stream" in flow.request.headers.get("accept", "")
-            change.applied(
+            event = change.applied(
                 removed=self.toolset.remove,
                 redefined=sorted(self.toolset.redefine),
                 notified=ex.notify,
                 tool_call_id=ex.call_id,
+            )
+            annotate(
+                flow, event, f"at {ex.tool}: removed {self.toolset.remove}, redefined {event['redefined']}"
             )
         inj = state.consider(CALL_FAULTS, target, flow)
         if inj is None:
@@ -115,10 +120,11 @@ class McpTraffic:
         elif inj.id == "tool.latency":
             delay = draw_delay(inj.options, inj.rng())
             if state.grant_latency(inj, delay):
-                inj.applied(delay_s=round(delay, 3), tool_call_id=ex.call_id)
+                event = inj.applied(delay_s=round(delay, 3), tool_call_id=ex.call_id)
+                annotate(flow, event, f"{delay:.2f}s before {ex.tool}")
                 await asyncio.sleep(delay)
         else:
-            ex.fault = inj
+            ex.fault, ex.flow = inj, flow
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if self.core.state is None or not _is_sse(flow.response):
@@ -184,7 +190,7 @@ class McpTraffic:
             result["structuredContent"] = _as_object(
                 rewrite_value(result["structuredContent"]), result["structuredContent"]
             )
-        inj.applied(tool_call_id=ex.call_id, **details)
+        annotate(ex.flow, inj.applied(tool_call_id=ex.call_id, **details), f"{ex.tool}'s result rewritten")
         return result
 
     def _fail(self, flow: http.HTTPFlow, ex: Exchange, inj: Injection) -> None:
@@ -194,9 +200,10 @@ class McpTraffic:
         else:
             result = {"content": [{"type": "text", "text": text}], "isError": True}
             self._answer(flow, ex, {"jsonrpc": "2.0", "id": ex.id, "result": ex.result(result)})
-        inj.applied(
+        event = inj.applied(
             mcp_error=inj.options.mcp_error, error_kind=inj.options.error_kind, tool_call_id=ex.call_id
         )
+        annotate(flow, event, f"{ex.tool} failed ({inj.options.mcp_error})")
 
     def _answer_error(self, flow: http.HTTPFlow, ex: Exchange, code: int, text: str) -> None:
         self._answer(flow, ex, {"jsonrpc": "2.0", "id": ex.id, "error": {"code": code, "message": text}})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from mitmchaos.addons import providers
+from mitmchaos.addons.annotate import annotate
 from mitmchaos.addons.faults.tool import error_message, result_rewriters
 from mitmchaos.addons.ledger import STOP_REPLY, ToolLedger
 from mitmchaos.addons.mcp import McpTraffic
@@ -117,7 +118,7 @@ class ToolResultFaults:
 
         def rewrite(call_id: str, text: str) -> tuple[str, bool] | None:
             if call_id in self.pending:
-                self.rewritten[call_id] = self._apply(self.pending.pop(call_id), call_id, text)
+                self.rewritten[call_id] = self._apply(flow, self.pending.pop(call_id), call_id, text)
             if call_id in self.rewritten:
                 hits.append(call_id)
             return self.rewritten.get(call_id)
@@ -127,11 +128,16 @@ class ToolResultFaults:
             flow.request.set_text(json.dumps(body))
 
     @staticmethod
-    def _apply(inj: Injection, call_id: str, text: str) -> tuple[str, bool]:
+    def _apply(flow: http.HTTPFlow, inj: Injection, call_id: str, text: str) -> tuple[str, bool]:
+        """The result the model reads from now on, for the first request that carries it."""
         if inj.id == "tool.error":
-            inj.applied(tool_call_id=call_id, error_kind=inj.options.error_kind)
-            return error_message(inj.options, inj.canary), True
-        rewrite_text, _, details = result_rewriters(inj)
-        faulted = rewrite_text(text)
-        inj.applied(tool_call_id=call_id, **details)
-        return faulted, False
+            faulted, is_error, details = (
+                error_message(inj.options, inj.canary),
+                True,
+                {"error_kind": inj.options.error_kind},
+            )
+        else:
+            rewrite_text, _, details = result_rewriters(inj)
+            faulted, is_error = rewrite_text(text), False
+        annotate(flow, inj.applied(tool_call_id=call_id, **details), f"tool result {call_id} rewritten")
+        return faulted, is_error

@@ -13,6 +13,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mitmchaos.proxy import _listening, env_without_proxy_settings, free_port
+from mitmproxy import io
 
 from tests.conftest import ROOT
 
@@ -107,7 +108,8 @@ def test_calls_and_results_become_events(chaos_proxy, sse_server):
     assert not proxy.events("fault_injected")
 
 
-def test_error_stale_inject_and_latency_in_turn(chaos_proxy, sse_server):
+def test_error_stale_inject_and_latency_in_turn(chaos_proxy, sse_server, tmp_path):
+    saved = tmp_path / "flows.mitm"
     proxy = chaos_proxy(
         plan(
             {"id": "tool.error", "match": {"tool": "lookup"}, "times": 1, "error_kind": "timeout"},
@@ -126,7 +128,8 @@ def test_error_stale_inject_and_latency_in_turn(chaos_proxy, sse_server):
             },
             {"id": "inject.tool_result", "match": {"tool": "read_file"}, "times": 1},
             {"id": "tool.latency", "match": {"tool": "lookup"}, "times": 1, "delay_s": 1.0},
-        )
+        ),
+        save_stream_file=str(saved),
     )
     canary = proxy.canary
 
@@ -167,6 +170,14 @@ def test_error_stale_inject_and_latency_in_turn(chaos_proxy, sse_server):
     assert [r["ok"] for r in results] == [False, False, True, True, True, True]
     assert canary in results[0]["error"] and canary in results[1]["error"]
     assert [f["tool_call_id"] for f in faults] == [r["call_id"] for r in results[:5]]
+
+    proxy.stop()
+    with open(saved, "rb") as fh:  # mitmweb shows each faulted flow marked, commented with fault and canary
+        marked = [f for f in io.FlowReader(fh).stream() if f.marked]
+    assert [r["fault"] for f in marked for r in f.metadata["mitmchaos"]["faults"]] == [
+        f["fault"] for f in faults
+    ]
+    assert all(canary in f.comment for f in marked)
 
 
 def test_corruption_variants(chaos_proxy, sse_server):

@@ -13,6 +13,7 @@ from mitmchaos.addons.core import ChaosCore
 from mitmchaos.addons.ledger import ToolLedger
 from mitmchaos.addons.model_tools import DestructiveTier
 from mitmchaos.model_server import ModelServer, ToolUse, Turn
+from mitmproxy import io
 from mitmproxy.test import taddons
 
 MODEL = "claude-sonnet-4-6"
@@ -95,9 +96,13 @@ def results_seen(server) -> list[dict]:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_tool_error_marks_the_result_failed_for_the_model_in_every_later_request(chaos_proxy, stream):
+def test_tool_error_marks_the_result_failed_for_the_model_in_every_later_request(
+    chaos_proxy, stream, tmp_path
+):
+    saved = tmp_path / "flows.mitm"
     proxy = chaos_proxy(
-        plan({"id": "tool.error", "match": {"tool": "Bash"}, "times": 1, "error_kind": "network"})
+        plan({"id": "tool.error", "match": {"tool": "Bash"}, "times": 1, "error_kind": "network"}),
+        save_stream_file=str(saved),
     )
     with ModelServer(two_commands_then_done(["ls", "cat README.md"])) as server:
         run_loop(proxy, server, ["ls", "cat README.md"], stream=stream)
@@ -118,6 +123,10 @@ def test_tool_error_marks_the_result_failed_for_the_model_in_every_later_request
         ("toolu_0", True),
         ("toolu_1", True),
     ]
+    proxy.stop()
+    with open(saved, "rb") as fh:  # the second request, which first carried the faulted result, is marked
+        (marked,) = [f for f in io.FlowReader(fh).stream() if f.marked]
+    assert proxy.canary in marked.comment and '"toolu_0"' in marked.request.get_text()
 
 
 @pytest.mark.parametrize(
