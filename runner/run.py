@@ -32,6 +32,7 @@ from mitmchaos import images
 from mitmchaos.cleanup import CleanupStack, process_start_time, resource_labels, signals_deferred, spawn
 from mitmchaos.decisions import new_canary
 from mitmchaos.events import EventWriter, read_events
+from mitmchaos.gate import gate_plan_json
 from mitmchaos.log import get_logger
 from mitmchaos.monitor import AbortMonitor
 from mitmchaos.network import DNS_PORT, NetworkError, SandboxNetwork, apply_firewall, create_network
@@ -48,7 +49,7 @@ log = get_logger(__name__)
 
 PROVIDER_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # the image's bundle, replaced by one that trusts the proxy
-PLAN_IN_SANDBOX = f"/work/{STATE_DIR}/plan.yaml"
+PLAN_IN_SANDBOX = f"/work/{STATE_DIR}/plan.json"  # what gates read (python3 alone, no YAML parser)
 EVENTS_IN_SANDBOX = f"/work/{STATE_DIR}/events.jsonl"
 ARTIFACTS = ("events.jsonl", "agent.out", "agent.err", "verify.out", "proxy.log", "resolver.log",
              "flows.mitm")
@@ -271,6 +272,7 @@ class Repetition:
             self.scratch = Path(tempfile.mkdtemp(prefix=f"mitmchaos-{run_id}-"))
             self.stack.push("path", path=str(self.scratch))
         self.events_path = self.scratch / "proxy" / "events.jsonl"
+        self.gate_plan = self.scratch / "plan.json"
         self.proxy: ChaosProxy | None = None
         self.resolver: subprocess.Popen | None = None
         self.undo_proxy = self.undo_resolver = None
@@ -295,7 +297,7 @@ class Repetition:
         s.progress.repetition(self.number, self.phase, rec.run_id)
         s.progress.phase("setting up")
         plan_file = self._effective_plan()
-        worktree = self._workspace(plan_file)
+        worktree = self._workspace()
         net = create_network(s.client, f"mitmchaos-{rec.run_id}", rec.run_id, self.stack)
         proxy_port = free_port(net.gateway)
         apply_firewall(net, proxy_port, rec.run_id, self.stack)
@@ -305,9 +307,9 @@ class Repetition:
         runner_events = EventWriter(self.events_path, rec.run_id, "runner")
         try:
             runner_events.emit("repetition_started", index=self.index, phase=self.phase)
-            self._agent(net, worktree, plan_file, runner_events)
+            self._agent(net, worktree, runner_events)
             if rec.abort is None and rec.error is None:
-                self._verify(net, worktree, plan_file)
+                self._verify(net, worktree)
             runner_events.emit("repetition_finished", index=self.index, phase=self.phase,
                                agent_exit=rec.agent_exit, verify_exit=rec.verify_exit,
                                duration_s=rec.duration_s)
@@ -329,10 +331,11 @@ class Repetition:
                 fault["probability"] = 0
         path = self.scratch / "plan.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
-        load_plan(path)  # the derived plan must still be valid
+        plan = load_plan(path)  # the derived plan must still be valid
+        self.gate_plan.write_text(gate_plan_json(plan))
         return path
 
-    def _workspace(self, plan_file: Path) -> Path:
+    def _workspace(self) -> Path:
         dest = self.scratch.with_name(self.scratch.name + "work")
         create_worktree(self.s.root, dest, None if self.s.settings.keep else self.stack)
         if self.s.settings.keep:
@@ -344,8 +347,8 @@ class Repetition:
                                 + ", ".join(carried))
         state = dest / STATE_DIR
         state.mkdir(exist_ok=True)
-        (state / "events.jsonl").touch()
-        shutil.copy(plan_file, state / "plan.yaml")
+        for mountpoint in ("events.jsonl", "plan.json"):
+            (state / mountpoint).touch()
         self.events_path.parent.mkdir(parents=True, exist_ok=True)
         self.events_path.touch()
         hand_to_sandbox_user(dest)
@@ -392,8 +395,7 @@ class Repetition:
 
     # -- the sandbox
 
-    def _container(self, net: SandboxNetwork, worktree: Path, plan_file: Path, role: str, command: str
-                   ) -> ContainerSpec:
+    def _container(self, net: SandboxNetwork, worktree: Path, role: str, command: str) -> ContainerSpec:
         env = {}
         for name in (*PROVIDER_KEYS, *self.s.plan.env):  # by name: the plan never holds a value
             if name in os.environ:
@@ -415,7 +417,7 @@ class Repetition:
             *git_mounts,
             _bind(worktree, "/work"),
             _bind(self.events_path, EVENTS_IN_SANDBOX),
-            _bind(plan_file, PLAN_IN_SANDBOX, read_only=True),
+            _bind(self.gate_plan, PLAN_IN_SANDBOX, read_only=True),
             _bind(self.s.bundle, CA_BUNDLE, read_only=True),
         ]
         return ContainerSpec(image=self.s.image, command=["sh", "-c", command],
@@ -423,8 +425,7 @@ class Repetition:
                              dns=[net.gateway], env=env, mounts=mounts,
                              labels=resource_labels(self.record.run_id), workdir="/work")
 
-    def _agent(self, net: SandboxNetwork, worktree: Path, plan_file: Path, runner_events: EventWriter
-               ) -> None:
+    def _agent(self, net: SandboxNetwork, worktree: Path, runner_events: EventWriter) -> None:
         rec = self.record
         monitor = AbortMonitor(self.s.plan, self.events_path)
         self.s.progress.phase("agent")
@@ -445,7 +446,7 @@ class Repetition:
                 return "error"
             return None
 
-        spec = self._container(net, worktree, plan_file, "agent", self.s.plan.agent)
+        spec = self._container(net, worktree, "agent", self.s.plan.agent)
         result = run_container(self.s.client, spec, self.stack, on_stdout=self._echo(),
                                on_stderr=self._echo(stderr=True), should_stop=should_stop)
         rec.duration_s = round(time.monotonic() - started, 3)
@@ -458,9 +459,9 @@ class Repetition:
         if rec.error is None:
             rec.error = self._crashed_helper()  # died right at the end: the repetition is still not sound
 
-    def _verify(self, net: SandboxNetwork, worktree: Path, plan_file: Path) -> None:
+    def _verify(self, net: SandboxNetwork, worktree: Path) -> None:
         self.s.progress.phase("verify")
-        spec = self._container(net, worktree, plan_file, "verify", self.s.plan.verify)
+        spec = self._container(net, worktree, "verify", self.s.plan.verify)
         result = run_container(self.s.client, spec, self.stack, on_stdout=self._echo(),
                                on_stderr=self._echo(stderr=True))
         self.record.verify_exit = result.exit_code

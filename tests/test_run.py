@@ -209,3 +209,49 @@ def test_mitmchaos_cleanup_sweeps_what_a_killed_run_left(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "removed container" in result.stdout and "removed process" in result.stdout
     assert leftovers(tmp_path, project, run.run_id(), before) == []
+
+
+GATE_PLAN = """\
+name: gate-test
+agent: sh call-hook.sh
+verify: "true"
+repeat: 1
+faults:
+  - id: permission.deny_or_delay
+    match: {tool: Bash}
+probes:
+  - {id: failure_surfaced}
+abort:
+  - cost_usd_above: 1
+"""
+
+# What Claude Code does before a tool call: run the PreToolUse command from the project settings.
+CALL_HOOK = """\
+cmd=$(python3 -c 'import json; s = json.load(open(".claude/settings.json"))
+print(s["hooks"]["PreToolUse"][0]["hooks"][0]["command"])')
+echo "hook: $cmd"
+call='{"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"},'
+echo "$call"' "tool_use_id": "t1", "cwd": "/work"}' | sh -c "$cmd"
+"""
+
+
+def test_the_projects_gate_is_carried_in_and_injects_from_inside_the_sandbox(tmp_path):
+    from mitmchaos.gate import install_hook
+
+    project = make_project(tmp_path / "project", "true", "true", files={
+        "plan.yaml": GATE_PLAN, "call-hook.sh": CALL_HOOK, ".gitignore": ".mitmchaos/\n.claude/\n"})
+    install_hook(project)  # generated, not committed: the run carries it in
+    before = bridges()
+    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path))
+    assert run.finish() == 0, run.stderr
+    assert "carried into each worktree" in run.stderr and ".claude/settings.json" in run.stderr
+    faulted = (tmp_path / "report" / "faulted-1" / "agent.out").read_text()
+    assert "hook: python3 /work/.mitmchaos/hooks/pretooluse.py" in faulted  # the host path was rewritten
+    events_file = tmp_path / "report" / "faulted-1" / "events.jsonl"
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+    injected = [e for e in events if e["type"] == "fault_injected"]
+    assert [(e["component"], e["fault"]) for e in injected] == [("gate", "permission.deny_or_delay")]
+    assert '"permissionDecision": "deny"' in faulted and injected[0]["canary"] in faulted
+    baseline = (tmp_path / "report" / "baseline-1" / "agent.out").read_text()
+    assert "permissionDecision" not in baseline  # no fault in a baseline repetition
+    assert leftovers(tmp_path, project, run.run_id(), before) == []
