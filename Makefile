@@ -9,8 +9,11 @@ STAMP   := $(VENV)/.installed-stamp
 # Every shipped plan is a target, run in a scratch project: `make offline-registry-down`,
 # `make registry-down` (needs your key and agent), `make claude-code-429`, ...
 PLANS   := $(basename $(notdir $(wildcard plans/*.yaml)))
+# And every shipped suite and sweep: `make suite-offline-single-points`, `make sweep-offline-retry-budget`.
+SUITES  := $(addprefix suite-,$(basename $(notdir $(wildcard plans/suites/*.yaml))))
+SWEEPS  := $(addprefix sweep-,$(basename $(notdir $(wildcard plans/sweeps/*.yaml))))
 
-.PHONY: install host images browser test lint docs clean demo $(PLANS)
+.PHONY: install host images browser test lint docs clean demo $(PLANS) $(SUITES) $(SWEEPS)
 
 install: $(STAMP)
 
@@ -38,6 +41,12 @@ demo: install host
 $(PLANS): install host
 	$(BIN)/mitmchaos example plans/$@.yaml
 
+$(SUITES): install host
+	$(BIN)/mitmchaos suite --scratch plans/suites/$(@:suite-%=%).yaml
+
+$(SWEEPS): install host
+	$(BIN)/mitmchaos sweep --scratch plans/sweeps/$(@:sweep-%=%).yaml
+
 # Headless Chromium, for the test that renders the HTML report (needs root once to install).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { test "$$(id -u)" = 0 && apt-get update -qq && \
@@ -49,6 +58,8 @@ test: install host images browser
 
 lint: install
 	$(BIN)/mitmchaos validate plans/*.yaml
+	for f in plans/suites/*.yaml; do $(BIN)/mitmchaos suite --check $$f || exit 1; done
+	for f in plans/sweeps/*.yaml; do $(BIN)/mitmchaos sweep --check $$f || exit 1; done
 	$(BIN)/mitmchaos docs --check README.md
 	$(BIN)/python -m compileall -q addons runner tests
 

@@ -133,7 +133,7 @@ def load_suite(path: Path, repeat: int | None = None) -> tuple[Suite, list[TaskE
         parsed.raise_problems()
     tasks = []
     for i, task in enumerate(suite.tasks):
-        source = path.parent / task.plan
+        source = Path(os.path.normpath(path.parent / task.plan))
         data = task_plan(parsed, ("tasks", i, "plan"), source, common_overrides(suite, repeat))
         if data is not None:
             tasks.append((task.name or data["name"], source, data))

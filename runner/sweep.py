@@ -15,6 +15,7 @@ resilience curve, score and every probe's pass rate against the value, with the 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from itertools import pairwise
@@ -58,7 +59,7 @@ def load_sweep(path: Path, repeat: int | None = None) -> tuple[Sweep, list[TaskE
     if sweep is None:
         parsed.raise_problems()
     faults = _swept_faults(parsed, sweep)
-    source = path.parent / sweep.plan
+    source = Path(os.path.normpath(path.parent / sweep.plan))
     task = task_plan(parsed, ("plan",), source, common_overrides(sweep, repeat))
     parsed.raise_problems()
     name = task["name"]
