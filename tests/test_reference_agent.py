@@ -82,3 +82,14 @@ def test_an_api_error_ends_the_agent_with_the_message_on_stdout(chaos_proxy, tmp
     assert done.returncode == 1
     assert done.stdout.startswith("API error:") and proxy.canary in done.stdout
     assert len(proxy.events("fault_injected")) == 3  # the SDK's own two retries, capped
+
+
+def test_a_cut_stream_ends_the_agent_with_an_api_error_not_a_traceback(chaos_proxy, tmp_path):
+    plan, task = registry_down(tmp_path, "careful", faulted=False)
+    data = yaml.safe_load(plan.read_text())
+    data["faults"] = [{"id": "llm.upstream_5xx", "stream_cut_after_chunks": 2}]
+    plan.write_text(yaml.safe_dump(data))
+    proxy = chaos_proxy(plan)
+    done = run_agent(proxy, task, tmp_path / "work")
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("API error:") and "Traceback" not in done.stderr

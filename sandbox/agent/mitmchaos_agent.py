@@ -60,8 +60,8 @@ def main(argv: list[str]) -> int:
                 model=MODEL, max_tokens=4096, system=SYSTEM, tools=[BASH_TOOL], messages=messages
             ) as stream:
                 reply = stream.get_final_message()
-        except anthropic.APIError as exc:
-            print(f"API error: {exc}")
+        except Exception as exc:  # the SDK's errors, and its HTTP library's own when a stream is cut mid-way
+            print(f"API error: {type(exc).__name__}: {exc}")
             return 1
         messages.append(
             {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in reply.content]}
