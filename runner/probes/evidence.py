@@ -194,7 +194,7 @@ def read_llm_calls(record: RepetitionRecord) -> list[LlmCall]:
     """Only the model calls of a repetition, streamed (the baseline's cost is needed first)."""
     if not record.events_path.exists():
         return []
-    return [llm_call_from_event(e) for e in iter_events(record.events_path) if e and e["type"] == "llm_call"]
+    return [llm_call_from_event(e) for e in iter_events(record.events_path, frozenset({"llm_call"})) if e]
 
 
 def build_evidence(record: RepetitionRecord, *, baseline_cost: float | None = None,
