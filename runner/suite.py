@@ -28,7 +28,16 @@ from typing import Any
 import yaml
 from pydantic import ConfigDict, Field
 
-from mitmchaos.plan import FaultSpec, Parsed, PlanError, ProbeSpec, Strict, load_plan, parse_located, read_yaml_file
+from mitmchaos.plan import (
+    FaultSpec,
+    Parsed,
+    PlanError,
+    ProbeSpec,
+    Strict,
+    load_plan,
+    parse_located,
+    read_yaml_file,
+)
 from mitmchaos.records import Phase, RepetitionRecord
 from mitmchaos.run import RunSettings, absolute_stand_in_paths, execute, runner_warnings
 from mitmchaos.scoring import ProbeOutcome, RunResult
@@ -37,8 +46,12 @@ NAME_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
 
 
 class SuiteTask(Strict):
-    plan: str = Field(..., min_length=1, description="the task's plan file, relative to this file; its faults are "
-                                                     "replaced by each fault set's")
+    plan: str = Field(
+        ...,
+        min_length=1,
+        description="the task's plan file, relative to this file; its faults are "
+        "replaced by each fault set's",
+    )
     name: str | None = Field(None, pattern=NAME_PATTERN, description="default: the plan's name")
 
 
@@ -94,7 +107,7 @@ def task_plan(parsed: Parsed, loc: tuple, path: Path, overrides: dict[str, Any])
     return data
 
 
-def common_overrides(spec: Suite | Any, repeat: int | None) -> dict[str, Any]:
+def common_overrides(spec: Strict, repeat: int | None) -> dict[str, Any]:
     """What a suite or sweep file (or the command line, for repeat) sets for every task."""
     probes = [spec_data(p) for p in spec.probes] if spec.probes else None
     return {"repeat": repeat or spec.repeat, "probes": probes}
@@ -119,10 +132,18 @@ def expand_suite(suite: Suite, tasks: list[tuple[str, Path, dict[str, Any]]]) ->
     """tasks (name, plan file, plan data) × fault sets, with one baseline per task: its plan, whose faults
     never fire in the baseline phase."""
     sets = [(fs.name, [spec_data(f) for f in fs.faults]) for fs in suite.fault_sets]
-    return [TaskExpansion(task, source, baseline_experiment(task, data, sets[0][1]),
-                          [Experiment(f"{task}-{label}", task, label, with_faults(data, f"{task}-{label}", faults))
-                           for label, faults in sets])
-            for task, source, data in tasks]
+    return [
+        TaskExpansion(
+            task,
+            source,
+            baseline_experiment(task, data, sets[0][1]),
+            [
+                Experiment(f"{task}-{label}", task, label, with_faults(data, f"{task}-{label}", faults))
+                for label, faults in sets
+            ],
+        )
+        for task, source, data in tasks
+    ]
 
 
 def load_suite(path: Path, repeat: int | None = None) -> tuple[Suite, list[TaskExpansion]]:
@@ -146,8 +167,9 @@ def load_suite(path: Path, repeat: int | None = None) -> tuple[Suite, list[TaskE
 def _no_duplicates(parsed: Parsed, names: list[str], field: str, key: str, noun: str) -> None:
     for i, name in enumerate(names):
         if name in names[:i]:
-            parsed.problems.append(parsed.problem_at((field, i, key), f"{noun} {name!r} is named twice; "
-                                                                        "names must be unique"))
+            parsed.problems.append(
+                parsed.problem_at((field, i, key), f"{noun} {name!r} is named twice; names must be unique")
+            )
 
 
 # ---------------------------------------------------------------- running
@@ -160,7 +182,9 @@ class ScoredExperiment:
     report: Path  # its JSON report; the other formats are beside it
 
 
-def run_expansions(expansions: list[TaskExpansion], out_dir: Path, template: RunSettings) -> list[ScoredExperiment]:
+def run_expansions(
+    expansions: list[TaskExpansion], out_dir: Path, template: RunSettings
+) -> list[ScoredExperiment]:
     """Each task's baseline once, then each experiment's faulted repetitions, scored with that baseline.
 
     Every experiment gets its own run directory (``mitmchaos report`` works on it) and reports.
@@ -176,7 +200,11 @@ def run_expansions(expansions: list[TaskExpansion], out_dir: Path, template: Run
         held = not baseline.invalid_baseline and not any(r.abort or r.error for r in baseline.records)
         for experiment in task.experiments:
             done += 1
-            _say(template, f"{done}/{total} {experiment.name}" + ("" if held else ": not run, the baseline did not hold"))
+            _say(
+                template,
+                f"{done}/{total} {experiment.name}"
+                + ("" if held else ": not run, the baseline did not hold"),
+            )
             if held:
                 outcome = _execute(experiment, ("faulted",), out_dir, template)
                 plan_path, records = outcome.plan_path, baseline.records + outcome.records
@@ -196,13 +224,22 @@ def _write_plan(experiment: Experiment, out_dir: Path) -> Path:
 
 
 def _execute(experiment: Experiment, phases: tuple[Phase, ...], out_dir: Path, template: RunSettings):
-    settings = replace(template, plan_path=_write_plan(experiment, out_dir), out=out_dir / f"{experiment.name}.json",
-                       phases=phases)
+    settings = replace(
+        template,
+        plan_path=_write_plan(experiment, out_dir),
+        out=out_dir / f"{experiment.name}.json",
+        phases=phases,
+    )
     return execute(settings)
 
 
-def _score(experiment: Experiment, plan_path: Path, records: list[RepetitionRecord], warnings: list[str],
-           out_dir: Path) -> ScoredExperiment:
+def _score(
+    experiment: Experiment,
+    plan_path: Path,
+    records: list[RepetitionRecord],
+    warnings: list[str],
+    out_dir: Path,
+) -> ScoredExperiment:
     from mitmchaos.report import write_reports
     from mitmchaos.rundir import save_run
     from mitmchaos.scoring import score
@@ -210,7 +247,9 @@ def _score(experiment: Experiment, plan_path: Path, records: list[RepetitionReco
     run_dir = out_dir / experiment.name
     # stored relative to the run directory (the shared baseline as ../<task>-baseline/...), so the
     # suite's directory can be moved as a whole
-    stored = [replace(r, artifacts=Path(os.path.relpath(r.artifacts.resolve(), run_dir.resolve()))) for r in records]
+    stored = [
+        replace(r, artifacts=Path(os.path.relpath(r.artifacts.resolve(), run_dir.resolve()))) for r in records
+    ]
     save_run(run_dir, plan_path, plan_path.read_text(), stored)
     result = score(load_plan(plan_path), records)
     result.warnings.extend(warnings)
@@ -256,7 +295,9 @@ class ComparisonRow:
 class TaskComparison:
     task: str
     probes: list[str]  # labels, the task plan's order
-    baseline: list[ProbeOutcome]  # for the shared baseline's row (the baseline stats are the same in every row)
+    baseline: list[
+        ProbeOutcome
+    ]  # for the shared baseline's row (the baseline stats are the same in every row)
     rows: list[ComparisonRow]  # one per fault set
 
 
@@ -265,8 +306,9 @@ def compare(runs: list[ScoredExperiment]) -> list[TaskComparison]:
     tables: dict[str, TaskComparison] = {}
     for run in runs:
         probes = run.result.probes
-        table = tables.setdefault(run.experiment.task,
-                                  TaskComparison(run.experiment.task, [p.label for p in probes], probes, []))
+        table = tables.setdefault(
+            run.experiment.task, TaskComparison(run.experiment.task, [p.label for p in probes], probes, [])
+        )
         table.rows.append(ComparisonRow(run, [cell(p) for p in probes]))
     return list(tables.values())
 
@@ -282,5 +324,7 @@ class SuiteResult:
         return worst_exit_code(self.runs)
 
 
-def run_suite(suite: Suite, expansions: list[TaskExpansion], template: RunSettings, out_dir: Path) -> SuiteResult:
+def run_suite(
+    suite: Suite, expansions: list[TaskExpansion], template: RunSettings, out_dir: Path
+) -> SuiteResult:
     return SuiteResult(suite.name, suite.description, run_expansions(expansions, out_dir, template))

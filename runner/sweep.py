@@ -26,8 +26,19 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from mitmchaos.plan import FaultSpec, Parsed, ProbeSpec, Strict, parse_located, read_yaml_file
 from mitmchaos.run import RunSettings
-from mitmchaos.suite import (NAME_PATTERN, Experiment, ScoredExperiment, TaskExpansion, baseline_experiment,
-                             common_overrides, run_expansions, spec_data, task_plan, with_faults, worst_exit_code)
+from mitmchaos.suite import (
+    NAME_PATTERN,
+    Experiment,
+    ScoredExperiment,
+    TaskExpansion,
+    baseline_experiment,
+    common_overrides,
+    run_expansions,
+    spec_data,
+    task_plan,
+    with_faults,
+    worst_exit_code,
+)
 
 CLIFF_POINTS = 50  # a score drop this large between neighbouring values is a cliff edge, not a slope
 FIXED_FIELDS = ("id", "match")  # what a sweep cannot vary: it would be another fault, or other traffic
@@ -38,14 +49,21 @@ class Sweep(Strict):
 
     name: str = Field(..., pattern=NAME_PATTERN, description="lowercase letters, digits and hyphens")
     description: str = ""
-    plan: str = Field(..., min_length=1, description="the task's plan file, relative to this file; its faults are "
-                                                     "replaced by the swept fault")
+    plan: str = Field(
+        ...,
+        min_length=1,
+        description="the task's plan file, relative to this file; its faults are replaced by the swept fault",
+    )
     repeat: int | None = Field(None, ge=1, le=20, description="overrides the plan's repeat")
     probes: list[ProbeSpec] | None = Field(None, min_length=1, description="replace the plan's probes")  # type: ignore[valid-type]
     fault: FaultSpec  # type: ignore[valid-type]
-    parameter: str = Field(..., min_length=1, description="the fault option (or after_calls, times, probability) swept")
+    parameter: str = Field(
+        ..., min_length=1, description="the fault option (or after_calls, times, probability) swept"
+    )
     values: list[Any] = Field(..., min_length=2, description="in order of the x axis; each is one experiment")
-    break_below: float = Field(50, gt=0, le=100, description="the breaking point is the first value scoring below this")
+    break_below: float = Field(
+        50, gt=0, le=100, description="the breaking point is the first value scoring below this"
+    )
 
 
 def _slug(value: Any) -> str:
@@ -75,8 +93,12 @@ def _swept_faults(parsed: Parsed, sweep: Sweep) -> list[dict[str, Any]]:
     base = spec_data(sweep.fault)
     allowed = [name for name in type(sweep.fault).model_fields if name not in FIXED_FIELDS]
     if sweep.parameter not in allowed:
-        parsed.problems.append(parsed.problem_at(("parameter",), f"{sweep.fault.id} has no option "
-                                                                 f"{sweep.parameter!r} (allowed: {', '.join(allowed)})"))
+        parsed.problems.append(
+            parsed.problem_at(
+                ("parameter",),
+                f"{sweep.fault.id} has no option {sweep.parameter!r} (allowed: {', '.join(allowed)})",
+            )
+        )
         return []
     adapter = TypeAdapter(FaultSpec)
     faults = []
@@ -86,7 +108,9 @@ def _swept_faults(parsed: Parsed, sweep: Sweep) -> list[dict[str, Any]]:
             faults.append(spec_data(adapter.validate_python(fault)))
         except ValidationError as exc:
             reasons = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-            parsed.problems.append(parsed.problem_at(("values", i), f"{sweep.parameter}={value!r}: {reasons}"))
+            parsed.problems.append(
+                parsed.problem_at(("values", i), f"{sweep.parameter}={value!r}: {reasons}")
+            )
         if value in sweep.values[:i]:
             parsed.problems.append(parsed.problem_at(("values", i), f"{value!r} is listed twice"))
     return faults
@@ -137,7 +161,15 @@ class SweepResult:
         return "cliff-edge" if drop[2] >= CLIFF_POINTS else "gradual"
 
 
-def run_sweep(sweep: Sweep, expansions: list[TaskExpansion], template: RunSettings, out_dir: Path) -> SweepResult:
+def run_sweep(
+    sweep: Sweep, expansions: list[TaskExpansion], template: RunSettings, out_dir: Path
+) -> SweepResult:
     runs = run_expansions(expansions, out_dir, template)
-    return SweepResult(sweep.name, sweep.description, sweep.fault.id, sweep.parameter, sweep.break_below,
-                       [SweepPoint(value, run) for value, run in zip(sweep.values, runs)])
+    return SweepResult(
+        sweep.name,
+        sweep.description,
+        sweep.fault.id,
+        sweep.parameter,
+        sweep.break_below,
+        [SweepPoint(value, run) for value, run in zip(sweep.values, runs)],
+    )

@@ -25,8 +25,10 @@ from mitmchaos.suite import Cell, ScoredExperiment, SuiteResult, TaskComparison,
 
 BELOW_THRESHOLD, BELOW_BASELINE = "✗", "▼"
 TINTS = {"below_threshold": "#fee2e2", "below_baseline": "#fef3c7", "held": "#dcfce7", "n/a": "#ffffff"}
-LEGEND = (f"{BELOW_THRESHOLD} below the probe's threshold under this fault · {BELOW_BASELINE} below the shared "
-          "baseline's pass rate")
+LEGEND = (
+    f"{BELOW_THRESHOLD} below the probe's threshold under this fault · {BELOW_BASELINE} below the shared "
+    "baseline's pass rate"
+)
 
 
 def marks(cell: Cell) -> str:
@@ -55,7 +57,9 @@ def score_text(result: RunResult) -> str:
 def tint(cell: Cell) -> str:
     if not cell.probe.faulted.runs:
         return TINTS["n/a"]
-    return TINTS["below_threshold" if cell.below_threshold else "below_baseline" if cell.below_baseline else "held"]
+    return TINTS[
+        "below_threshold" if cell.below_threshold else "below_baseline" if cell.below_baseline else "held"
+    ]
 
 
 def link(run: ScoredExperiment, page: Path, suffix: str) -> str:
@@ -68,20 +72,39 @@ def link(run: ScoredExperiment, page: Path, suffix: str) -> str:
 
 def suite_json(result: SuiteResult, out_json: Path) -> dict:
     return {
-        "format": "mitmchaos-suite", "version": 1, "name": result.name, "description": result.description,
+        "format": "mitmchaos-suite",
+        "version": 1,
+        "name": result.name,
+        "description": result.description,
         "exit_code": result.exit_code,
-        "tasks": [{
-            "task": table.task, "probes": table.probes,
-            "baseline": [vars(p.baseline) for p in table.baseline],
-            "rows": [{
-                "fault_set": row.run.experiment.label, "plan": row.run.experiment.name,
-                "report": link(row.run, out_json, ".json"), "verdict": row.run.result.verdict,
-                "outcome": row.run.result.outcome, "score": row.run.result.score,
-                "cells": [{"status": c.probe.status, "faulted": vars(c.probe.faulted),
-                           "below_threshold": c.below_threshold, "below_baseline": c.below_baseline}
-                          for c in row.cells],
-            } for row in table.rows],
-        } for table in compare(result.runs)],
+        "tasks": [
+            {
+                "task": table.task,
+                "probes": table.probes,
+                "baseline": [vars(p.baseline) for p in table.baseline],
+                "rows": [
+                    {
+                        "fault_set": row.run.experiment.label,
+                        "plan": row.run.experiment.name,
+                        "report": link(row.run, out_json, ".json"),
+                        "verdict": row.run.result.verdict,
+                        "outcome": row.run.result.outcome,
+                        "score": row.run.result.score,
+                        "cells": [
+                            {
+                                "status": c.probe.status,
+                                "faulted": vars(c.probe.faulted),
+                                "below_threshold": c.below_threshold,
+                                "below_baseline": c.below_baseline,
+                            }
+                            for c in row.cells
+                        ],
+                    }
+                    for row in table.rows
+                ],
+            }
+            for table in compare(result.runs)
+        ],
     }
 
 
@@ -90,8 +113,15 @@ def render_suite_text(result: SuiteResult) -> str:
     for table in compare(result.runs):
         header = ("FAULT SET", "SCORE", "VERDICT", *(f"P{i + 1}" for i in range(len(table.probes))))
         rows = [("baseline (shared)", "", "", *(short_rate(p.baseline) for p in table.baseline))]
-        rows += [(row.run.experiment.label, score_text(row.run.result), outcome_text(row.run.result),
-                  *(f"{marks(c)} {short_rate(c.probe.faulted)}".strip() for c in row.cells)) for row in table.rows]
+        rows += [
+            (
+                row.run.experiment.label,
+                score_text(row.run.result),
+                outcome_text(row.run.result),
+                *(f"{marks(c)} {short_rate(c.probe.faulted)}".strip() for c in row.cells),
+            )
+            for row in table.rows
+        ]
         lines += ["", f"task {table.task}", text_table(rows, header, {})]
         lines += [f"  P{i + 1} = {label}" for i, label in enumerate(table.probes)]
     lines += ["", LEGEND]
@@ -107,14 +137,20 @@ def render_suite_markdown(result: SuiteResult, out_json: Path) -> str:
     if result.description:
         lines += [_cell(result.description), ""]
     for table in compare(result.runs):
-        lines += [f"### Task `{table.task}`", "",
-                  "| Fault set | Score | Verdict | " + " | ".join(f"`{_cell(p)}`" for p in table.probes) + " |",
-                  "|---|---|---|" + "---|" * len(table.probes),
-                  "| *baseline (shared)* | | | " + " | ".join(rate_text(p.baseline) for p in table.baseline) + " |"]
+        lines += [
+            f"### Task `{table.task}`",
+            "",
+            "| Fault set | Score | Verdict | " + " | ".join(f"`{_cell(p)}`" for p in table.probes) + " |",
+            "|---|---|---|" + "---|" * len(table.probes),
+            "| *baseline (shared)* | | | " + " | ".join(rate_text(p.baseline) for p in table.baseline) + " |",
+        ]
         for row in table.rows:
-            lines.append(f"| [{_cell(row.run.experiment.label)}]({link(row.run, out_json, '.md')}) | "
-                         f"{score_text(row.run.result)} | {outcome_text(row.run.result)} | "
-                         + " | ".join(f"{marks(c)} {rate_text(c.probe.faulted)}".strip() for c in row.cells) + " |")
+            lines.append(
+                f"| [{_cell(row.run.experiment.label)}]({link(row.run, out_json, '.md')}) | "
+                f"{score_text(row.run.result)} | {outcome_text(row.run.result)} | "
+                + " | ".join(f"{marks(c)} {rate_text(c.probe.faulted)}".strip() for c in row.cells)
+                + " |"
+            )
         lines.append("")
     lines.append(LEGEND)
     return "\n".join(lines) + "\n"
@@ -122,29 +158,49 @@ def render_suite_markdown(result: SuiteResult, out_json: Path) -> str:
 
 def _table_html(table: TaskComparison, page: Path) -> str:
     head = "".join(f"<th><code>{escape(label)}</code></th>" for label in table.probes)
-    rows = [f"<table class=\"compare\"><tr><th>Fault set</th><th>Score</th><th>Verdict</th>{head}</tr>",
-            "<tr><td><i>baseline (shared)</i></td><td></td><td></td>"
-            + "".join(f"<td>{rate_html(p.baseline)}</td>" for p in table.baseline) + "</tr>"]
+    rows = [
+        f'<table class="compare"><tr><th>Fault set</th><th>Score</th><th>Verdict</th>{head}</tr>',
+        "<tr><td><i>baseline (shared)</i></td><td></td><td></td>"
+        + "".join(f"<td>{rate_html(p.baseline)}</td>" for p in table.baseline)
+        + "</tr>",
+    ]
     for row in table.rows:
         result = row.run.result
-        cells = "".join(f'<td style="background:{tint(c)}" title="{escape(c.probe.label)}: {escape(c.probe.status)}">'
-                        f"{rate_html(c.probe.faulted, marks(c))}</td>" for c in row.cells)
-        rows.append(f'<tr><td><a href="{escape(link(row.run, page, ".html"))}">{escape(row.run.experiment.label)}</a>'
-                    f"</td><td>{score_text(result)}</td><td>{escape(outcome_text(result))}</td>{cells}</tr>")
+        cells = "".join(
+            f'<td style="background:{tint(c)}" title="{escape(c.probe.label)}: {escape(c.probe.status)}">'
+            f"{rate_html(c.probe.faulted, marks(c))}</td>"
+            for c in row.cells
+        )
+        rows.append(
+            f'<tr><td><a href="{escape(link(row.run, page, ".html"))}">{escape(row.run.experiment.label)}</a>'
+            f"</td><td>{score_text(result)}</td><td>{escape(outcome_text(result))}</td>{cells}</tr>"
+        )
     return "".join(rows) + "</table>"
 
 
 def render_suite_html(result: SuiteResult, page: Path) -> str:
-    out = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>mitmchaos suite: '
-           f"{escape(result.name)}</title><style>{CSS}</style></head><body>",
-           f"<h1>{escape(result.name)}</h1><p>suite, exit {result.exit_code}</p>"]
+    out = [
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>mitmchaos suite: '
+        f"{escape(result.name)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{escape(result.name)}</h1><p>suite, exit {result.exit_code}</p>",
+    ]
     if result.description:
         out.append(f'<p class="muted">{escape(result.description)}</p>')
-    out.append("<p>" + _legend([("held", TINTS["held"]), ("below the shared baseline", TINTS["below_baseline"]),
-                                ("below the threshold", TINTS["below_threshold"])])
-               + f'</p><p class="muted">{escape(LEGEND)}</p>')
-    out.append(f'<p class="muted">Cells: the faulted repetitions\' pass rate with its {_confidence(result)} Wilson '
-               "interval. Each fault set links its own report, with plots and timelines.</p>")
+    out.append(
+        "<p>"
+        + _legend(
+            [
+                ("held", TINTS["held"]),
+                ("below the shared baseline", TINTS["below_baseline"]),
+                ("below the threshold", TINTS["below_threshold"]),
+            ]
+        )
+        + f'</p><p class="muted">{escape(LEGEND)}</p>'
+    )
+    out.append(
+        f'<p class="muted">Cells: the faulted repetitions\' pass rate with its {_confidence(result)} Wilson '
+        "interval. Each fault set links its own report, with plots and timelines.</p>"
+    )
     for table in compare(result.runs):
         out.append(f"<h2>Task {escape(table.task)}: which fault hurts which probe</h2>")
         out.append(_table_html(table, page))
@@ -157,7 +213,9 @@ def _confidence(result: SuiteResult) -> str:
     return ", ".join(f"{c * 100:g}%" for c in levels)
 
 
-def write_formats(out_json: str | os.PathLike, render: Callable[[dict[str, Path]], dict[str, str]]) -> dict[str, Path]:
+def write_formats(
+    out_json: str | os.PathLike, render: Callable[[dict[str, Path]], dict[str, str]]
+) -> dict[str, Path]:
     """Write the JSON, text, Markdown and HTML that ``render(paths)`` returns by format; returns the paths."""
     paths = {k: v for k, v in report_paths(out_json).items() if k != "junit"}
     paths["json"].parent.mkdir(parents=True, exist_ok=True)
@@ -167,8 +225,12 @@ def write_formats(out_json: str | os.PathLike, render: Callable[[dict[str, Path]
 
 
 def write_suite_reports(result: SuiteResult, out_json: str | os.PathLike) -> dict[str, Path]:
-    return write_formats(out_json, lambda paths: {
-        "json": json.dumps(suite_json(result, paths["json"]), indent=2) + "\n",
-        "text": render_suite_text(result) + "\n",
-        "markdown": render_suite_markdown(result, paths["markdown"]),
-        "html": render_suite_html(result, paths["html"])})
+    return write_formats(
+        out_json,
+        lambda paths: {
+            "json": json.dumps(suite_json(result, paths["json"]), indent=2) + "\n",
+            "text": render_suite_text(result) + "\n",
+            "markdown": render_suite_markdown(result, paths["markdown"]),
+            "html": render_suite_html(result, paths["html"]),
+        },
+    )
