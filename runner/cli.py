@@ -337,6 +337,9 @@ def _batch(command: str, path: Path, load, run, write, render, out: Path | None,
         template.cwd = scratch_project(expansions[0].source, default_workdir(spec.name) / "project").parent
     try:
         result = run(spec, expansions, template, out.with_suffix(""))
+    except PlanError as exc:  # a generated plan the runner refused
+        click.echo(str(exc), err=True)
+        sys.exit(2)
     except RunError as exc:
         click.echo(f"mitmchaos {command}: {exc}", err=True)
         sys.exit(2)
