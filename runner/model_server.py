@@ -85,7 +85,9 @@ class ModelServer:
         return f"http://{host}:{port}"
 
     def start(self) -> ModelServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="model-server", daemon=True)
+        # stop() waits for the serving loop's next poll: the default 0.5 s delayed every proxy shutdown
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="model-server", daemon=True)
         self._thread.start()
         return self
 
