@@ -181,7 +181,7 @@ def _table_html(table: TaskComparison, page: Path) -> str:
 def render_suite_html(result: SuiteResult, page: Path) -> str:
     out = [
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>mitmchaos suite: '
-        f"{escape(result.name)}</title><style>{CSS}</style></head><body>",
+        f"{escape(result.name)}</title><style>{CSS}.compare td:first-child{{white-space:nowrap}}</style></head><body>",
         f"<h1>{escape(result.name)}</h1><p>suite, exit {result.exit_code}</p>",
     ]
     if result.description:
