@@ -25,6 +25,7 @@ from mitmchaos.suite import Cell, ScoredExperiment, SuiteResult, TaskComparison,
 
 BELOW_THRESHOLD, BELOW_BASELINE = "✗", "▼"
 TINTS = {"below_threshold": "#fee2e2", "below_baseline": "#fef3c7", "held": "#dcfce7", "n/a": "#ffffff"}
+FAULT_SET_ON_ONE_LINE = ".compare td:first-child{white-space:nowrap}"
 LEGEND = (
     f"{BELOW_THRESHOLD} below the probe's threshold under this fault · {BELOW_BASELINE} below the shared "
     "baseline's pass rate"
@@ -181,7 +182,7 @@ def _table_html(table: TaskComparison, page: Path) -> str:
 def render_suite_html(result: SuiteResult, page: Path) -> str:
     out = [
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>mitmchaos suite: '
-        f"{escape(result.name)}</title><style>{CSS}.compare td:first-child{{white-space:nowrap}}</style></head><body>",
+        f"{escape(result.name)}</title><style>{CSS}{FAULT_SET_ON_ONE_LINE}</style></head><body>",
         f"<h1>{escape(result.name)}</h1><p>suite, exit {result.exit_code}</p>",
     ]
     if result.description:
