@@ -31,6 +31,7 @@ log = get_logger(__name__)
 
 RUN_LABEL = "mitmchaos.run"  # podman label on every container and network a run creates
 OWNER_LABEL = "mitmchaos.owner"  # the runner process that created it (see owner_tag)
+OWNER_ENV = "MITMCHAOS_OWNER"  # the same, in the environment every helper process inherits
 CHAIN_PREFIX = "MCX-"  # iptables chains a run creates
 
 
@@ -259,7 +260,32 @@ def sweep(force: bool = False) -> list[str]:
             UNDO[entry["kind"]](**entry["args"])
             removed.append(f"{entry['kind']} {entry['args']}")
         ledger.unlink(missing_ok=True)
-    return removed + _sweep_labelled(force)
+    return removed + _sweep_labelled(force) + _sweep_helpers(force)
+
+
+def mark_helpers() -> None:
+    """Name this run in the environment, so every helper it starts can be found after a crash."""
+    os.environ[OWNER_ENV] = owner_tag()
+
+
+def _sweep_helpers(force: bool) -> list[str]:
+    """Helper processes (proxy, resolver, Podman service) whose run is gone."""
+    removed = []
+    marker = f"{OWNER_ENV}=".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        owner = next((v[len(marker):].decode() for v in environ if v.startswith(marker)), None)
+        if owner is None or owner == owner_tag() or (not force and _owner_alive(owner)):
+            continue
+        pid = int(proc.name)
+        _undo_process(pid, process_start_time(pid))
+        removed.append(f"process {pid}")
+    return removed
 
 
 def _alive(pid: int, start_time: str | None) -> bool:

@@ -29,7 +29,8 @@ from mitmproxy.certs import CertStore
 from podman.errors import APIError
 
 from mitmchaos import images
-from mitmchaos.cleanup import CleanupStack, process_start_time, resource_labels, signals_deferred, spawn
+from mitmchaos.cleanup import (CleanupStack, mark_helpers, process_start_time, resource_labels,
+                               signals_deferred, spawn)
 from mitmchaos.decisions import new_canary
 from mitmchaos.events import EventWriter, read_events
 from mitmchaos.gate import gate_plan_json
@@ -172,6 +173,7 @@ def execute(settings: RunSettings) -> RunOutcome:
     run_id = new_run_id()
     report = settings.out or default_report_path(plan, run_id)
     outcome = RunOutcome(settings.plan_path, plan, run_id, report, report.parent / report.stem, [], [])
+    mark_helpers()
     with interrupts_raise():
         stack = CleanupStack(run_id)
         try:

@@ -203,9 +203,12 @@ def test_mitmchaos_cleanup_sweeps_what_a_killed_run_left(tmp_path):
         time.sleep(0.1)
     run.signal(signal.SIGKILL)  # no finally runs: everything is left behind
     run.finish()
-    left = leftovers(tmp_path, project, run.run_id(), before)
-    assert any(item.startswith("container") for item in left) and any(i.startswith("process") for i in left)
-    result = subprocess.run(["mitmchaos", "cleanup"], env=run_env(tmp_path), capture_output=True, text=True)
+    try:
+        left = leftovers(tmp_path, project, run.run_id(), before)
+        assert any(i.startswith("container") for i in left) and any(i.startswith("process") for i in left)
+    finally:
+        result = subprocess.run(["mitmchaos", "cleanup"], env=run_env(tmp_path), capture_output=True,
+                                text=True)
     assert result.returncode == 0, result.stderr
     assert "removed container" in result.stdout and "removed process" in result.stdout
     assert leftovers(tmp_path, project, run.run_id(), before) == []

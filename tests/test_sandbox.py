@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mitmchaos import images
-from mitmchaos.cleanup import CleanupStack, process_start_time, state_dir, sweep
+from mitmchaos.cleanup import CleanupStack, owner_tag, process_start_time, state_dir, sweep
 from mitmchaos.monitor import AbortMonitor
 from mitmchaos.plan import parse_plan_text
 from mitmchaos.run import mask_secrets
@@ -305,3 +305,19 @@ def test_a_missing_sandbox_image_stops_the_run_before_anything_starts(tmp_path):
     assert result.returncode == 2
     assert "no-such-image" in result.stderr and "does not exist" in result.stderr
     assert leftovers(tmp_path, project, "no-run-started", before) == []
+
+
+def test_a_sweep_finds_helpers_of_a_dead_run_by_their_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("MITMCHAOS_STATE_DIR", str(tmp_path / "state"))  # no ledger at all
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = subprocess.Popen(["sleep", "300"], env={"MITMCHAOS_OWNER": f"{dead.pid}.0"})
+    alive = subprocess.Popen(["sleep", "300"], env={"MITMCHAOS_OWNER": owner_tag()})
+    try:
+        removed = sweep()
+        assert orphan.wait(timeout=10) != 0 and f"process {orphan.pid}" in removed
+        assert alive.poll() is None  # its run (this process) is still going
+    finally:
+        for process in (orphan, alive):
+            if process.poll() is None:
+                process.kill()
