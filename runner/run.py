@@ -338,10 +338,11 @@ class Repetition:
         return path
 
     def _workspace(self) -> Path:
-        dest = self.scratch.with_name(self.scratch.name + "work")
+        dest = self.scratch.with_name(self.scratch.name + "-work")
         create_worktree(self.s.root, dest, None if self.s.settings.keep else self.stack)
         if self.s.settings.keep:
             self.record.extra["worktree"] = str(dest)
+            self.s.progress.say(f"{self.s.progress.label}: worktree kept at {dest}")
         carried = carry_in(self.s.root, dest)
         self.record.extra["carried_in"] = carried
         if carried and self.number == 1:
