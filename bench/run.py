@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bench import repetition, request_overhead, scoring, streaming
 from bench.results import Figure, write
+from mitmchaos.log import configure_logging
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(names) - set(BENCHMARKS)
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    configure_logging()  # the runner's cleanup debug lines would drown the progress
     figures: list[Figure] = []
     settings = {}
     for name in names:

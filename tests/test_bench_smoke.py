@@ -1,0 +1,52 @@
+"""The benchmark harness (bench/) at tiny sizes: it runs and writes its table and JSON.
+Benchmarks are never timed here; only the output's structure is checked."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bench import run
+from mitmchaos import images
+from tests.sandboxed import require_podman
+
+pytestmark = pytest.mark.slow
+FIELDS = {"bench", "name", "value", "unit", "spread", "goal", "ratio", "met", "note"}
+
+
+def bench(tmp_path, only: str) -> dict:
+    assert run.main(["--quick", "--only", only, "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "latest.json").read_text())
+    table = (tmp_path / "latest.md").read_text()
+    assert {"date", "machine", "settings", "figures", "missed"} <= doc.keys()
+    for figure in doc["figures"]:
+        assert figure.keys() == FIELDS
+        assert f"| {figure['bench']} | {figure['name']} |" in table
+        assert figure["met"] in (True, False, None)
+    assert table.count("\n| ") == len(doc["figures"]) + 1  # a row per figure, plus the header
+    return doc
+
+
+def test_proxy_and_scoring_benchmarks_write_every_figure(tmp_path):
+    doc = bench(tmp_path, "requests,streaming,scoring")
+    names = {f["name"] for f in doc["figures"]}
+    for route in ("direct HTTP", "bare HTTP", "suite HTTP", "bare HTTPS", "suite HTTPS"):
+        assert f"{route}: throughput" in names
+    assert "suite: first chunk" in names and "suite: proxy peak RSS (VmHWM)" in names
+    by_name = {f["name"]: f for f in doc["figures"]}
+    assert by_name["suite: chunks arriving separately"]["value"] == by_name["direct HTTP: chunks arriving separately"]["value"]
+    assert by_name["bare buffering: chunks arriving separately"]["value"] == 1  # what buffering looks like
+    assert all(f["ratio"] > 0 for f in doc["figures"] if f["ratio"] is not None)
+    assert sum(f["bench"] == "scoring" for f in doc["figures"]) == 3
+    assert sorted(doc["missed"]) == sorted(f"{f['bench']}: {f['name']}" for f in doc["figures"] if f["met"] is False)
+
+
+@pytest.mark.podman
+def test_repetition_benchmark_times_every_phase(tmp_path):
+    require_podman()
+    images.ensure_image(images.default_image())
+    doc = bench(tmp_path, "repetition")
+    phases = [f for f in doc["figures"] if f["name"].startswith("phase: ")]
+    assert len(phases) == 11 and all(math.isfinite(f["value"]) and f["value"] >= 0 for f in phases)
