@@ -34,6 +34,7 @@ PROBE_COLOURS = [
 ]
 SCORE_COLOUR, BREAK_COLOUR = COLOURS["threshold"], COLOURS["FAIL"]
 HEIGHT, LEFT, RIGHT, TOP, PLOT_H = 340, 56, 24, 24, 250
+PROBE_NUDGE_PX = 3  # probe lines at the same rate are drawn this far apart, so none hides another
 
 
 def _numeric(values: list) -> bool:
@@ -95,8 +96,10 @@ def curve_svg(result: SweepResult) -> str:
         f'<text x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 8}" text-anchor="middle" '
         f'fill="{COLOURS["muted"]}">{escape(result.fault)} {escape(result.parameter)}</text>'
     )
-    for index in range(len(points[0].run.result.probes) if points else 0):
-        parts += _probe_series(points, xs, index, PROBE_COLOURS[index % len(PROBE_COLOURS)], y)
+    count = len(points[0].run.result.probes) if points else 0
+    for index in range(count):
+        nudge = (index - (count - 1) / 2) * PROBE_NUDGE_PX
+        parts += _probe_series(points, xs, index, PROBE_COLOURS[index % len(PROBE_COLOURS)], y, nudge)
     limit = y(result.break_below / 100)
     parts.append(
         f'<line x1="{LEFT}" y1="{limit:.1f}" x2="{LEFT + plot_w}" y2="{limit:.1f}" stroke="{BREAK_COLOUR}" '
@@ -116,7 +119,9 @@ def curve_svg(result: SweepResult) -> str:
     return "".join(parts)
 
 
-def _probe_series(points: list[SweepPoint], xs: list[float], index: int, colour: str, y) -> list[str]:
+def _probe_series(
+    points: list[SweepPoint], xs: list[float], index: int, colour: str, y, nudge: float
+) -> list[str]:
     evaluated = [
         (x, p.run.result.probes[index]) for x, p in zip(xs, points) if p.run.result.probes[index].faulted.runs
     ]
@@ -128,7 +133,7 @@ def _probe_series(points: list[SweepPoint], xs: list[float], index: int, colour:
     label = evaluated[0][1].label
     return [
         f'<polygon points="{" ".join(band)}" fill="{colour}" fill-opacity="0.12" stroke="none"/>'
-    ] + _line([(x, p.faulted.rate) for x, p in evaluated], colour, 1.5, y, radius=3, label=label)
+    ] + _line([(x, p.faulted.rate) for x, p in evaluated], colour, 1.5, lambda v: y(v) + nudge, 3, label)
 
 
 def _line(
