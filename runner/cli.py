@@ -96,9 +96,11 @@ def docs(readme: Path, check: bool) -> None:
 def run(plan_path: Path, sandbox_image: str | None, out: Path | None, keep: bool) -> None:
     """Run an experiment: baseline repetitions, then faulted ones, each in a Podman sandbox.
 
-    Exit codes: 0 scored, 1 aborted, 2 invalid or inconclusive (and a plan or preflight error).
+    Exit codes: 0 scored, 1 aborted, 2 invalid or inconclusive (and a plan or preflight error),
+    130 interrupted (after removing everything the run set up).
     """
     from mitmchaos.plan import PlanError
+    from mitmchaos.report.text import render_summary
     from mitmchaos.run import Interrupted, RunError, RunSettings, execute, score_and_report
 
     try:
@@ -113,8 +115,8 @@ def run(plan_path: Path, sandbox_image: str | None, out: Path | None, keep: bool
         click.echo(f"mitmchaos run: interrupted ({exc}); everything it set up was removed", err=True)
         sys.exit(130)
     result = score_and_report(outcome)
-    click.echo(f"verdict: {result.verdict}" + (f", score {result.score:.0f}" if result.score is not None else ""))
-    click.echo(f"report: {outcome.report_path}\nartifacts: {outcome.artifacts}")
+    click.echo(render_summary(result))
+    click.echo(f"report     : {outcome.report_path}\nartifacts  : {outcome.artifacts}")
     sys.exit(result.exit_code)
 
 
