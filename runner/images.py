@@ -1,7 +1,8 @@
 """Sandbox images, built from sandbox/ on first use and cached by tag.
 
 The default image is ``localhost/mitmchaos/sandbox:<version>``, the Node one the same tag
-with ``-node``; ``localhost/mitmchaos/claude-code:latest`` adds Claude Code to the Node one.
+with ``-node``; ``localhost/mitmchaos/claude-code:latest`` and ``.../codex:latest`` add an
+agent from npm to the Node one.
 Each carries a digest of the files in sandbox/ it was built from, and an image built from
 older files is rebuilt (layers cached). Their base is ``debian:bookworm-slim`` when it is
 already present (or ``MITMCHAOS_PULL_BASE=1`` allows pulling it from a registry); otherwise
@@ -31,7 +32,9 @@ from mitmchaos.log import get_logger
 log = get_logger(__name__)
 
 REPOSITORY = "localhost/mitmchaos/sandbox"
-CLAUDE_CODE_IMAGE = "localhost/mitmchaos/claude-code:latest"  # the -node image plus Claude Code from npm
+CLAUDE_CODE_IMAGE = "localhost/mitmchaos/claude-code:latest"
+CODEX_IMAGE = "localhost/mitmchaos/codex:latest"
+AGENT_IMAGES = {CLAUDE_CODE_IMAGE: "claude-code/Containerfile", CODEX_IMAGE: "codex/Containerfile"}  # on -node
 LOCAL_BASE = "localhost/mitmchaos/base:bookworm"
 REGISTRY_BASE = "docker.io/library/debian:bookworm-slim"
 SUITE = "bookworm"
@@ -56,8 +59,8 @@ def image_exists(tag: str) -> bool:
 
 def build_inputs(tag: str) -> list[str]:
     """The files in sandbox/ an image of ours is built from, its base image's included."""
-    if tag == CLAUDE_CODE_IMAGE:
-        return [*build_inputs(default_image(node=True)), "claude-code/Containerfile"]
+    if tag in AGENT_IMAGES:
+        return [*build_inputs(default_image(node=True)), AGENT_IMAGES[tag]]
     if tag == default_image(node=True):
         return [*build_inputs(default_image()), "Containerfile.node"]
     return ["Containerfile", "agent/mitmchaos_agent.py"]
@@ -79,7 +82,7 @@ def _up_to_date(tag: str) -> bool:
 
 def ensure_image(tag: str) -> str:
     """Return ``tag`` once it exists, building (or rebuilding) it if it is one of ours."""
-    ours = tag in (default_image(), default_image(node=True), CLAUDE_CODE_IMAGE)
+    ours = tag in (default_image(), default_image(node=True), *AGENT_IMAGES)
     if image_exists(tag) and (not ours or _up_to_date(tag)):
         return tag
     if not ours:
@@ -92,9 +95,9 @@ def ensure_image(tag: str) -> str:
 def _build_ours(tag: str) -> None:
     if _up_to_date(tag):  # built by another process while we waited for the lock
         return
-    if tag == CLAUDE_CODE_IMAGE:
+    if tag in AGENT_IMAGES:
         _build_ours(default_image(node=True))
-        _build("claude-code/Containerfile", tag, {"SANDBOX": default_image(node=True)})
+        _build(AGENT_IMAGES[tag], tag, {"SANDBOX": default_image(node=True)})
     elif tag == default_image(node=True):
         _build_ours(default_image())
         _build("Containerfile.node", tag, {"SANDBOX": default_image()})

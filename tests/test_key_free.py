@@ -120,3 +120,28 @@ def test_claude_code_meets_the_injected_rate_limit_through_the_proxy(tmp_path):
     assert any(e["type"] == "tool_call" and e["tool"] == "Bash" for e in events)  # it ran the scripted step
     outcome = {p["id"]: p["status"] for p in report["probes"]}
     assert outcome["failure_surfaced"] == outcome["retry_after_honoured"] == outcome["no_retry_storm"] == "ok"
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_codex_reports_the_failed_install_verbatim_through_the_proxy(tmp_path):
+    require_podman()
+    try:
+        images.ensure_image(images.CODEX_IMAGE)
+    except images.ImageError as exc:
+        if "npm" in str(exc):
+            pytest.skip(f"CODEX TEST SKIPPED: npm install of @openai/codex failed here:\n{exc}")
+        raise
+    done = subprocess.run([str(BIN / "mitmchaos"), "example", "codex-registry-down"], env=run_env(tmp_path),
+                          capture_output=True, text=True, timeout=900)
+    report = reports(tmp_path)["as-shipped"]
+    assert done.returncode == 0 and report["verdict"] == "scored", done.stdout[-3000:] + done.stderr[-3000:]
+    baseline, faulted = report["repetitions"]
+    assert baseline["verify_exit"] == 0 and faulted["faults_injected"] >= 1
+    artifacts = next((tmp_path / "tmp").rglob("report-as-shipped")) / "faulted-1"
+    assert faulted["canary"] in (artifacts / "agent.out").read_text()  # Codex printed the careful report
+    events = [json.loads(line) for line in (artifacts / "events.jsonl").read_text().splitlines()]
+    assert any(e["type"] == "tool_call" and e["tool"] == "exec_command" for e in events)
+    assert "426 Upgrade Required" in (artifacts / "proxy.log").read_text()  # WebSocket refused, SSE used
+    assert {p["id"]: p["status"] for p in report["probes"]}["failure_surfaced"] == "ok"
