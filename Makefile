@@ -37,7 +37,7 @@ demo: install host
 	$(BIN)/mitmchaos images --no-node
 	$(BIN)/mitmchaos demo
 
-# Images a plan names (the default, -node, claude-code) are built on first use.
+# Images a plan names (the default, -node, claude-code, codex) are built on first use.
 $(PLANS): install host
 	$(BIN)/mitmchaos example plans/$@.yaml
 
