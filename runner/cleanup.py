@@ -47,18 +47,48 @@ def process_start_time(pid: int) -> str | None:
         return None
 
 
-@contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM; a pending one is delivered on the way out.
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM: unwind through every cleanup, then stop."""
 
-    Around cleanup, so it runs to the end, and around "create, then push its undo", so an
-    interrupt cannot fall between the two and leak the resource.
-    """
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+_deferral = {"depth": 0, "pending": None}
+
+
+@contextmanager
+def interrupts_raise() -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into ``Interrupted`` so every ``finally`` runs."""
+    def handler(signum, _frame):
+        name = signal.Signals(signum).name
+        if _deferral["depth"]:
+            _deferral["pending"] = name
+        else:
+            raise Interrupted(name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold an interrupt until the block is done, then raise it.
+
+    Around cleanup, so it runs to the end, and around "create, then push its undo", so an
+    interrupt cannot fall between the two and leak the resource. Held in Python, not with a
+    signal mask: a process started inside the block would inherit the mask and ignore SIGTERM.
+    """
+    _deferral["depth"] += 1
+    try:
+        yield
+    finally:
+        _deferral["depth"] -= 1
+        pending = _deferral["pending"]
+        if pending and not _deferral["depth"]:
+            _deferral["pending"] = None
+            raise Interrupted(pending)
 
 
 # ------------------------------------------------------------------ one function per kind
@@ -222,15 +252,14 @@ def terminate(process: subprocess.Popen | None, timeout: float = 10.0) -> None:
 def spawn(stack: CleanupStack, cmd: list[str], **popen_args: Any) -> tuple[subprocess.Popen, Undo]:
     """Start a helper process in its own session, registered on ``stack`` before it exists.
 
-    Signals are not held around the start (a child inherits the blocked mask and would
-    ignore SIGTERM); the undo is pushed first instead, and learns the PID after.
     """
     started: list[subprocess.Popen] = []
-    undo = stack.push("process", live=lambda: terminate(started[0] if started else None),
-                      pid=None, start_time=None)
-    process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, **popen_args)
-    started.append(process)
-    stack.update(undo, pid=process.pid, start_time=process_start_time(process.pid))
+    with signals_deferred():
+        undo = stack.push("process", live=lambda: terminate(started[0] if started else None),
+                          pid=None, start_time=None)
+        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, **popen_args)
+        started.append(process)
+        stack.update(undo, pid=process.pid, start_time=process_start_time(process.pid))
     return process, undo
 
 

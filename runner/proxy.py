@@ -101,8 +101,9 @@ class ChaosProxy:
         raise ProxyError(f"mitmdump did not listen on {self.host}:{self.port} within {timeout}s:\n{self.log_text()}")
 
     def _plan_announced(self) -> bool:
-        # the addons load the plan asynchronously to the listener coming up
-        return self.plan is None or bool(self.events("plan_loaded"))
+        # the addons load the plan asynchronously to the listener coming up; the events file may be
+        # shared with other components (the runner's resolver), so only the proxy's own line counts
+        return self.plan is None or any(e["component"] == "proxy" for e in self.events("plan_loaded"))
 
     def stop(self, timeout: float = 10.0) -> int | None:
         if self.process is None or self.process.poll() is not None:

@@ -13,13 +13,10 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -29,8 +26,9 @@ from mitmproxy.certs import CertStore
 from podman.errors import APIError
 
 from mitmchaos import images
-from mitmchaos.cleanup import (CleanupStack, mark_helpers, process_start_time, resource_labels,
-                               signals_deferred, spawn)
+from mitmchaos.cleanup import Interrupted  # noqa: F401 - execute() raises it; callers catch it here
+from mitmchaos.cleanup import (CleanupStack, interrupts_raise, mark_helpers, process_start_time,
+                               resource_labels, signals_deferred, spawn)
 from mitmchaos.decisions import new_canary
 from mitmchaos.events import EventWriter, read_events
 from mitmchaos.gate import gate_plan_json
@@ -61,10 +59,6 @@ class RunError(RuntimeError):
     """The run cannot start (preflight) or cannot go on."""
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM: unwind through every cleanup, then stop."""
-
-
 class RepetitionFailed(RuntimeError):
     """A runner-side failure that ends a repetition (and the run), reported with the repetition."""
 
@@ -92,23 +86,6 @@ class RunOutcome:
     records: list[RepetitionRecord]
     carried_in: list[str]
     invalid_baseline: bool = False
-
-
-# ------------------------------------------------------------------ signals
-
-
-@contextmanager
-def interrupts_raise() -> Iterator[None]:
-    """Turn SIGINT and SIGTERM into ``Interrupted`` so every ``finally`` runs."""
-    def handler(signum, _frame):
-        raise Interrupted(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 # ------------------------------------------------------------------ progress
@@ -369,7 +346,8 @@ class Repetition:
         self.proxy = proxy
         # pushed first: an interrupt while it starts up must still stop it
         self.undo_proxy = self.stack.push("process", live=proxy.stop, pid=None, start_time=None)
-        proxy.start()  # raises ProxyError with the log when it exits or never answers
+        with signals_deferred():  # until its process is known; start() takes a second or two
+            proxy.start()  # raises ProxyError with the log when it exits or never answers
         pid = proxy.process.pid
         self.stack.update(self.undo_proxy, pid=pid, start_time=process_start_time(pid))
 

@@ -66,6 +66,11 @@ def test_fault_through_the_proxy_to_a_stand_in_is_scored_and_no_key_leaks(tmp_pa
         assert {"events.jsonl", "agent.out", "verify.out", "proxy.log", "flows.mitm"} <= saved
         # the key did reach the sandbox
         assert f"key length {len(fake_key)}" in (rep / "agent.out").read_text()
+        # both helpers had the plan before the agent started
+        lines = (rep / "events.jsonl").read_text().splitlines()
+        kinds = [(e["component"], e["type"]) for e in map(json.loads, lines)]
+        started = kinds.index(("runner", "repetition_started"))
+        assert {("proxy", "plan_loaded"), ("resolver", "plan_loaded")} <= set(kinds[:started])
     assert SITE_TEXT.strip() in (baseline / "agent.out").read_text()
     assert sorted((project / ".git" / "objects").rglob("*")) == objects_before  # the project is never written
     events = [json.loads(line) for line in (faulted / "events.jsonl").read_text().splitlines()]
