@@ -26,6 +26,7 @@ class Route:
     name: str
     connect: Callable[[], http.client.HTTPConnection]
     target: str  # what goes on the request line
+    proxy_pid: int | None = None  # whose CPU time the route costs, besides client and upstream
 
     def send(self, conn: http.client.HTTPConnection, body: bytes) -> http.client.HTTPResponse:
         conn.request("POST", self.target, body=body, headers=HEADERS)
@@ -42,10 +43,11 @@ def direct(upstream_url: str) -> Route:
 
 def forward(name: str, proxy: ChaosProxy, upstream_url: str) -> Route:
     """Through ``proxy`` as an HTTP forward proxy (absolute-form request line)."""
-    return Route(name, lambda: http.client.HTTPConnection(proxy.host, proxy.port), f"{upstream_url}/v1/messages")
+    return Route(name, lambda: http.client.HTTPConnection(proxy.host, proxy.port), f"{upstream_url}/v1/messages",
+                 proxy.process.pid)
 
 
 def reverse_tls(name: str, proxy: ChaosProxy) -> Route:
     """TLS to ``proxy`` in reverse mode, trusting its CA."""
     return Route(name, lambda: http.client.HTTPSConnection(proxy.host, proxy.port, context=trust(proxy)),
-                 "/v1/messages")
+                 "/v1/messages", proxy.process.pid)

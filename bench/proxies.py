@@ -8,6 +8,7 @@ loopback upstream, so the figure is the cost of terminating the agent's TLS.
 
 from __future__ import annotations
 
+import os
 import ssl
 from pathlib import Path
 
@@ -46,3 +47,9 @@ def peak_rss_mib(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmHWM for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """A live process's user + system CPU time: unlike wall time, barely moved by other load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.client import Route, direct, forward, message_body, reverse_tls
-from bench.proxies import start_proxy
+from bench.proxies import cpu_seconds, start_proxy
 from bench.results import Figure, median, paired_ratio, percentile, spread
 from bench.upstream import Upstream
 
@@ -27,17 +27,20 @@ class Round:
     throughput: float
     p50_ms: float
     p99_ms: float
+    proxy_cpu_ms: float | None  # the proxy's CPU time per request
 
 
 def one_round(route: Route, conn: http.client.HTTPConnection, requests: int) -> Round:
     latencies = []
+    cpu_before = cpu_seconds(route.proxy_pid) if route.proxy_pid else 0.0
     started = time.perf_counter()
     for _ in range(requests):
         t0 = time.perf_counter()
         route.send(conn, BODY).read()
         latencies.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - started
-    return Round(requests / elapsed, percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000)
+    cpu_ms = (cpu_seconds(route.proxy_pid) - cpu_before) / requests * 1000 if route.proxy_pid else None
+    return Round(requests / elapsed, percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000, cpu_ms)
 
 
 def run(rounds: int = 10, requests: int = 150) -> list[Figure]:
@@ -72,10 +75,12 @@ def figures(results: dict[str, list[Round]]) -> list[Figure]:
         kind, transport = name.split()
         reference = {"suite": f"bare {transport}", "bare": "direct HTTP"}.get(kind)
         for metric, label, unit in (("throughput", "throughput", "req/s"), ("p50_ms", "p50 latency", "ms"),
-                                    ("p99_ms", "p99 latency", "ms")):
+                                    ("p99_ms", "p99 latency", "ms"), ("proxy_cpu_ms", "proxy CPU per request", "ms")):
+            if kind == "direct" and metric == "proxy_cpu_ms":
+                continue
             values = [getattr(r, metric) for r in rounds]
             figure = Figure("requests", f"{name}: {label}", median(values), unit, spread(values))
-            if reference:
+            if reference and not (kind == "bare" and metric == "proxy_cpu_ms"):  # direct has no proxy
                 figure.ratio = paired_ratio(values, [getattr(r, metric) for r in results[reference]])
                 figure.goal = f"vs {reference.split()[0]}"
             if kind == "suite" and metric == "throughput":
