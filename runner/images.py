@@ -34,7 +34,8 @@ log = get_logger(__name__)
 REPOSITORY = "localhost/mitmchaos/sandbox"
 CLAUDE_CODE_IMAGE = "localhost/mitmchaos/claude-code:latest"
 CODEX_IMAGE = "localhost/mitmchaos/codex:latest"
-AGENT_IMAGES = {CLAUDE_CODE_IMAGE: "claude-code/Containerfile", CODEX_IMAGE: "codex/Containerfile"}  # on -node
+# agents from npm on the -node image, by tag: their Containerfile in sandbox/
+AGENT_IMAGES = {CLAUDE_CODE_IMAGE: "claude-code/Containerfile", CODEX_IMAGE: "codex/Containerfile"}
 LOCAL_BASE = "localhost/mitmchaos/base:bookworm"
 REGISTRY_BASE = "docker.io/library/debian:bookworm-slim"
 SUITE = "bookworm"

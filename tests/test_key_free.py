@@ -24,7 +24,11 @@ def test_every_offline_plan_has_a_real_api_sibling_and_is_valid():
     for name in SHIPPED:
         load_plan(find_plan(name))
     offline = [n for n in SHIPPED if n.startswith("offline-")]
-    assert {n.removeprefix("offline-") for n in offline} == {"registry-down", "credential-revoked", "poisoned-readme"}
+    assert {n.removeprefix("offline-") for n in offline} == {
+        "registry-down",
+        "credential-revoked",
+        "poisoned-readme",
+    }
     assert all(n.removeprefix("offline-") in SHIPPED for n in offline)
 
 
@@ -33,22 +37,32 @@ def test_a_scratch_project_holds_the_plan_and_its_stand_in_files_committed(tmp_p
     copied = load_plan(plan)
     assert {s.host: s.scripted_model for s in copied.stand_ins}["api.anthropic.com"] == "reckless"
     assert (tmp_path / "p" / "offline" / "github_api.py").is_file()
-    status = subprocess.run(["git", "-C", str(tmp_path / "p"), "status", "--porcelain"], capture_output=True,
-                            text=True, check=True)
+    status = subprocess.run(
+        ["git", "-C", str(tmp_path / "p"), "status", "--porcelain"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert status.stdout == ""  # a run needs a clean tree
     as_shipped = scratch_project(find_plan("offline-credential-revoked"), tmp_path / "q")
     assert load_plan(as_shipped).stand_ins[0].scripted_model == "careful"
 
 
 def _run(behaviour: str, score: float | None, passes: list[int], verdict: str = "scored") -> ExampleRun:
-    probes = [SimpleNamespace(label=f"probe_{i}", faulted=PhaseStats(passes=p, runs=2)) for i, p in enumerate(passes)]
-    return ExampleRun(behaviour, SimpleNamespace(score=score, verdict=verdict, probes=probes), Path("r.json"), 30.0)
+    probes = [
+        SimpleNamespace(label=f"probe_{i}", faulted=PhaseStats(passes=p, runs=2))
+        for i, p in enumerate(passes)
+    ]
+    return ExampleRun(
+        behaviour, SimpleNamespace(score=score, verdict=verdict, probes=probes), Path("r.json"), 30.0
+    )
 
 
 def test_the_demo_fails_unless_careful_is_clearly_ahead():
     assert demo_failure([_run("careful", 91.7, [2]), _run("reckless", 41.7, [0])]) is None
-    assert "did not tell them apart" in demo_failure([_run("careful", 60, [2]), _run("reckless", 60 - DEMO_MARGIN + 1,
-                                                                                     [0])])
+    assert "did not tell them apart" in demo_failure(
+        [_run("careful", 60, [2]), _run("reckless", 60 - DEMO_MARGIN + 1, [0])]
+    )
     assert "not scored" in demo_failure([_run("careful", 90, [2], "aborted"), _run("reckless", 10, [0])])
     table = side_by_side([_run("careful", 91.7, [2, 1]), _run("reckless", 41.7, [0, 1])])
     assert "probe_0" in table and "2/2" in table and "0/2" in table and "91.7" in table and "41.7" in table
@@ -57,8 +71,10 @@ def test_the_demo_fails_unless_careful_is_clearly_ahead():
 def test_an_image_is_stale_when_a_file_it_is_built_from_changes(tmp_path, monkeypatch):
     shutil.copytree(images.sandbox_dir(), tmp_path / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(images, "sandbox_dir", lambda: tmp_path / "sandbox")
-    before = {tag: images.context_digest(tag) for tag in (images.default_image(), images.default_image(node=True),
-                                                          images.CLAUDE_CODE_IMAGE)}
+    before = {
+        tag: images.context_digest(tag)
+        for tag in (images.default_image(), images.default_image(node=True), images.CLAUDE_CODE_IMAGE)
+    }
     (tmp_path / "sandbox" / "claude-code" / "Containerfile").write_text("FROM scratch\n")
     after = {tag: images.context_digest(tag) for tag in before}
     assert after[images.default_image()] == before[images.default_image()]  # not rebuilt for a child's change
@@ -71,8 +87,10 @@ def test_an_image_is_stale_when_a_file_it_is_built_from_changes(tmp_path, monkey
 
 
 def reports(tmp_path: Path) -> dict[str, dict]:
-    found = {p.stem.removeprefix("report-"): json.loads(p.read_text())
-             for p in (tmp_path / "tmp").rglob("report-*.json")}
+    found = {
+        p.stem.removeprefix("report-"): json.loads(p.read_text())
+        for p in (tmp_path / "tmp").rglob("report-*.json")
+    }
     assert found, "no report written"
     return found
 
@@ -82,8 +100,9 @@ def reports(tmp_path: Path) -> dict[str, dict]:
 @pytest.mark.timeout(900)
 def test_demo_runs_both_behaviours_in_the_sandbox_and_careful_scores_clearly_higher(tmp_path):
     require_podman()
-    done = subprocess.run([str(BIN / "mitmchaos"), "demo"], env=run_env(tmp_path), capture_output=True, text=True,
-                          timeout=850)
+    done = subprocess.run(
+        [str(BIN / "mitmchaos"), "demo"], env=run_env(tmp_path), capture_output=True, text=True, timeout=850
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "demo ok" in done.stdout
     by = reports(tmp_path)
@@ -103,10 +122,17 @@ def test_claude_code_meets_the_injected_rate_limit_through_the_proxy(tmp_path):
         images.ensure_image(images.CLAUDE_CODE_IMAGE)
     except images.ImageError as exc:
         if "npm" in str(exc):
-            pytest.skip(f"CLAUDE CODE TEST SKIPPED: npm install of @anthropic-ai/claude-code failed here:\n{exc}")
+            pytest.skip(
+                f"CLAUDE CODE TEST SKIPPED: npm install of @anthropic-ai/claude-code failed here:\n{exc}"
+            )
         raise
-    done = subprocess.run([str(BIN / "mitmchaos"), "example", "claude-code-429"], env=run_env(tmp_path),
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [str(BIN / "mitmchaos"), "example", "claude-code-429"],
+        env=run_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     report = reports(tmp_path)["as-shipped"]
     assert done.returncode == 0 and report["verdict"] == "scored", done.stdout[-3000:] + done.stderr[-3000:]
     baseline, faulted = report["repetitions"]
@@ -133,8 +159,13 @@ def test_codex_reports_the_failed_install_verbatim_through_the_proxy(tmp_path):
         if "npm" in str(exc):
             pytest.skip(f"CODEX TEST SKIPPED: npm install of @openai/codex failed here:\n{exc}")
         raise
-    done = subprocess.run([str(BIN / "mitmchaos"), "example", "codex-registry-down"], env=run_env(tmp_path),
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [str(BIN / "mitmchaos"), "example", "codex-registry-down"],
+        env=run_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     report = reports(tmp_path)["as-shipped"]
     assert done.returncode == 0 and report["verdict"] == "scored", done.stdout[-3000:] + done.stderr[-3000:]
     baseline, faulted = report["repetitions"]

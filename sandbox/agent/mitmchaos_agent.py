@@ -41,7 +41,8 @@ SYSTEM = (
 
 def run_bash(command: str) -> tuple[str, bool]:
     try:
-        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return f"command timed out after {COMMAND_TIMEOUT_S} s", False
     output = (done.stdout + done.stderr)[-OUTPUT_LIMIT:]
