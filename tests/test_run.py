@@ -153,11 +153,14 @@ INTERRUPT_POINTS = [
 ]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("name,line,delay", INTERRUPT_POINTS, ids=[p[0] for p in INTERRUPT_POINTS])
+# SIGTERM takes the same path as SIGINT: two points are enough for it
+INTERRUPTS = [(*point, signal.SIGINT) for point in INTERRUPT_POINTS] + [
+    (*point, signal.SIGTERM) for point in INTERRUPT_POINTS if point[0] in ("proxy start", "agent")]
+
+
+@pytest.mark.parametrize("name,line,delay,sig", INTERRUPTS,
+                         ids=[f"{i[0]}-{signal.Signals(i[3]).name}" for i in INTERRUPTS])
 def test_interrupt_in_any_phase_leaves_nothing_behind(tmp_path, name, line, delay, sig):
-    if sig == signal.SIGTERM and name not in ("agent", "proxy start"):
-        pytest.skip("SIGTERM takes the same path as SIGINT; two phases are enough")
     agent = "sleep 30" if name == "agent" else "curl -sS https://docs.example.test/hello.txt > result.txt"
     verify = "sleep 30" if name == "verify" else "true"
     run, project, before = start_run(tmp_path, agent, verify=verify)
@@ -263,3 +266,18 @@ def test_the_projects_gate_is_carried_in_and_injects_from_inside_the_sandbox(tmp
     baseline = (tmp_path / "report" / "baseline-1" / "agent.out").read_text()
     assert "permissionDecision" not in baseline  # no fault in a baseline repetition
     assert leftovers(tmp_path, project, run.run_id(), before) == []
+
+
+@pytest.mark.parametrize("agent,verify,reason", [
+    ("true", "false", "baseline repetition 1 failed verify"),
+    ("true", "true", "no fault"),  # the agent never calls the faulted host
+], ids=["failing-baseline", "no-fault-fired"])
+def test_runs_that_say_nothing_about_resilience_are_invalid(tmp_path, agent, verify, reason):
+    run, project, before = start_run(tmp_path, agent, verify=verify)
+    assert run.finish() == 2, run.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["verdict"] == "invalid"
+    assert reason in json.dumps(report["reasons"] + report["warnings"])
+    if verify == "false":
+        assert not (tmp_path / "report" / "faulted-1").exists()  # the faulted repetitions were skipped
+    assert_clean(tmp_path, project, run, before)
