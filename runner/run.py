@@ -97,6 +97,7 @@ class Progress:
         self.total = total
         self.label = ""
         self.current = ""
+        self.mid_line = False
         self.started = self.rep_started = self.phase_started = self.last_tick = time.monotonic()
 
     def repetition(self, number: int, phase: Phase, run_id: str) -> None:
@@ -117,6 +118,9 @@ class Progress:
             self.say(f"{self.label}: {self.current} {elapsed:.0f}s, faults fired {faults_fired}")
 
     def say(self, text: str) -> None:
+        if self.mid_line:  # the sandbox's last output had no newline; start ours on a line of its own
+            print(file=self.stream)
+            self.mid_line = False
         print(f"[mitmchaos {time.monotonic() - self.started:6.1f}s] {text}", file=self.stream, flush=True)
 
 
@@ -463,6 +467,7 @@ class Repetition:
         def write(chunk: bytes) -> None:
             terminal.write(chunk)
             terminal.flush()
+            self.s.progress.mid_line = not chunk.endswith(b"\n")
 
         return write
 
