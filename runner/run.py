@@ -140,6 +140,9 @@ def preflight(settings: RunSettings) -> tuple[Plan, Path]:
     plan = load_plan(settings.plan_path)
     if plan.abort_value("cost_usd_above") is None:
         raise RunError(NO_COST_CEILING)
+    if os.geteuid() != 0:
+        raise RunError("a run needs root: the sandbox's network and its firewall are rootful Podman and host "
+                       "iptables rules (rootless Podman cannot keep the agent from bypassing the proxy)")
     try:
         root = project_root(settings.cwd)
         require_clean_tree(root)
