@@ -18,7 +18,7 @@ import sys
 
 import anthropic
 
-MODEL = os.environ.get("MITMCHAOS_AGENT_MODEL", "claude-sonnet-4-5")
+MODEL = os.environ.get("MITMCHAOS_AGENT_MODEL", "claude-sonnet-4-6")
 MAX_TURNS = int(os.environ.get("MITMCHAOS_AGENT_MAX_TURNS", "20"))
 COMMAND_TIMEOUT_S = 300
 OUTPUT_LIMIT = 4000  # characters of a command's output sent back to the model
