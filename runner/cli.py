@@ -143,19 +143,21 @@ def example(plan: str, scripted_model: str | None, sandbox_image: str | None) ->
 
 
 @main.command()
-@click.argument("plan", metavar="[PLAN]", default="offline-registry-down")
+@click.argument("plan", metavar="[PLAN]", required=False)
 @click.option("--sandbox-image", help="Sandbox image (overrides the plan's sandbox_image).")
-def demo(plan: str, sandbox_image: str | None) -> None:
-    """The key-free demo: one experiment against the careful and the reckless scripted model, side by side.
+def demo(plan: str | None, sandbox_image: str | None) -> None:
+    """The key-free demo: an experiment against the careful and the reckless scripted model.
 
-    Fails (exit 1) unless the careful agent scores clearly higher.
+    Prints the two scores side by side; fails (exit 1) unless the careful agent scores clearly
+    higher. PLAN defaults to offline-registry-down.
     """
-    from mitmchaos.examples import DEMO_MARGIN, ExampleError, default_workdir, find_plan, side_by_side
+    from mitmchaos.examples import DEMO_MARGIN, DEMO_PLAN, ExampleError, default_workdir, find_plan
     from mitmchaos.examples import demo as run_demo
+    from mitmchaos.examples import side_by_side
     from mitmchaos.run import Interrupted, RunError
 
     try:
-        path = find_plan(plan)
+        path = find_plan(plan or DEMO_PLAN)
         runs, failure = run_demo(path, default_workdir(f"demo-{path.stem}"), sandbox_image)
     except (ExampleError, RunError) as exc:
         click.echo(f"mitmchaos demo: {exc}", err=True)

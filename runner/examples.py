@@ -86,16 +86,11 @@ def run_example(
     from mitmchaos.report.text import render_summary
     from mitmchaos.run import RunSettings, execute, score_and_report
 
-    label = behaviour or "as shipped"
-    plan_copy = scratch_project(plan_path, workdir / f"project-{label.replace(' ', '-')}", behaviour)
+    label = behaviour or "as-shipped"
+    plan_copy = scratch_project(plan_path, workdir / f"project-{label}", behaviour)
     started = time.monotonic()
     outcome = execute(
-        RunSettings(
-            plan_copy,
-            sandbox_image,
-            out=workdir / f"report-{label.replace(' ', '-')}.json",
-            cwd=plan_copy.parent,
-        )
+        RunSettings(plan_copy, sandbox_image, out=workdir / f"report-{label}.json", cwd=plan_copy.parent)
     )
     result = score_and_report(outcome)
     print(render_summary(result), flush=True)
