@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
+from functools import lru_cache
 
 
+# Probes match a pattern against every call of a long run, the proxy against every request;
+# the distinct (pattern, name) pairs are few.
+@lru_cache(maxsize=4096)
 def glob_matches(pattern: str, value: str | None) -> bool:
     """``*.npm.test`` matches ``registry.npm.test`` (not ``npm.test``); ``gpt-4o*`` matches ``gpt-4o-mini``.
 
