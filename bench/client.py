@@ -8,17 +8,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from bench.proxies import trust
 from mitmchaos.proxy import ChaosProxy
+
+from bench.proxies import trust
 
 HEADERS = {"content-type": "application/json", "x-api-key": "sk-ant-bench", "anthropic-version": "2023-06-01"}
 
 
 def message_body(stream: bool) -> bytes:
-    return json.dumps({
-        "model": "claude-sonnet-4-6", "max_tokens": 1024, "stream": stream, "system": "You are a careful coding agent.",
-        "messages": [{"role": "user", "content": "List the files in the repository and summarise the README."}],
-    }).encode()
+    return json.dumps(
+        {
+            "model": "claude-sonnet-4-6",
+            "max_tokens": 1024,
+            "stream": stream,
+            "system": "You are a careful coding agent.",
+            "messages": [
+                {"role": "user", "content": "List the files in the repository and summarise the README."}
+            ],
+        }
+    ).encode()
 
 
 @dataclass
@@ -38,16 +46,26 @@ class Route:
 
 def direct(upstream_url: str) -> Route:
     parts = urlsplit(upstream_url)
-    return Route("direct HTTP", lambda: http.client.HTTPConnection(parts.hostname, parts.port), "/v1/messages")
+    return Route(
+        "direct HTTP", lambda: http.client.HTTPConnection(parts.hostname, parts.port), "/v1/messages"
+    )
 
 
 def forward(name: str, proxy: ChaosProxy, upstream_url: str) -> Route:
     """Through ``proxy`` as an HTTP forward proxy (absolute-form request line)."""
-    return Route(name, lambda: http.client.HTTPConnection(proxy.host, proxy.port), f"{upstream_url}/v1/messages",
-                 proxy.process.pid)
+    return Route(
+        name,
+        lambda: http.client.HTTPConnection(proxy.host, proxy.port),
+        f"{upstream_url}/v1/messages",
+        proxy.process.pid,
+    )
 
 
 def reverse_tls(name: str, proxy: ChaosProxy) -> Route:
     """TLS to ``proxy`` in reverse mode, trusting its CA."""
-    return Route(name, lambda: http.client.HTTPSConnection(proxy.host, proxy.port, context=trust(proxy)),
-                 "/v1/messages", proxy.process.pid)
+    return Route(
+        name,
+        lambda: http.client.HTTPSConnection(proxy.host, proxy.port, context=trust(proxy)),
+        "/v1/messages",
+        proxy.process.pid,
+    )

@@ -23,8 +23,15 @@ class BareMitmdump(ChaosProxy):
     """mitmdump without the addons, otherwise started and stopped like the suite."""
 
     def command(self) -> list[str]:
-        cmd = [mitmdump_binary(), "--listen-host", self.host, "--listen-port", str(self.port),
-               "--set", f"confdir={self.confdir}"]
+        cmd = [
+            mitmdump_binary(),
+            "--listen-host",
+            self.host,
+            "--listen-port",
+            str(self.port),
+            "--set",
+            f"confdir={self.confdir}",
+        ]
         for key, value in self.options.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd
@@ -32,8 +39,13 @@ class BareMitmdump(ChaosProxy):
 
 def start_proxy(workdir: Path, suite: bool, **options: str) -> ChaosProxy:
     kind = ChaosProxy if suite else BareMitmdump
-    proxy = kind(workdir=workdir, plan=PLAN if suite else None, canary=new_canary(), run_id="bench",
-                 options={**RUNNER_OPTIONS, **options})
+    proxy = kind(
+        workdir=workdir,
+        plan=PLAN if suite else None,
+        canary=new_canary(),
+        run_id="bench",
+        options={**RUNNER_OPTIONS, **options},
+    )
     return proxy.start()
 
 

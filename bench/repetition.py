@@ -19,8 +19,9 @@ from functools import wraps
 from pathlib import Path
 from unittest import mock
 
-from bench.results import Figure, median, spread
 from mitmchaos import run as runner
+
+from bench.results import Figure, median, spread
 
 GOAL_S = 1.5
 PLAN = """\
@@ -81,28 +82,62 @@ def run(repetitions: int = 3) -> list[Figure]:
         project = make_project(Path(tmp) / "project", repetitions)
         for label, (owner, name) in {**PHASES, TOTAL: (runner.Repetition, "run")}.items():
             patches.enter_context(mock.patch.object(owner, name, timed(timings, label, getattr(owner, name))))
-        settings = runner.RunSettings(plan_path=project / "plan.yaml", out=Path(tmp) / "out" / "report.json",
-                                      cwd=project, terminal=io.BytesIO(), terminal_err=io.BytesIO(),
-                                      progress=io.StringIO())
+        settings = runner.RunSettings(
+            plan_path=project / "plan.yaml",
+            out=Path(tmp) / "out" / "report.json",
+            cwd=project,
+            terminal=io.BytesIO(),
+            terminal_err=io.BytesIO(),
+            progress=io.StringIO(),
+        )
         started = time.perf_counter()
         try:
             outcome = runner.execute(settings)
         except runner.RunError as exc:  # no usable Podman: say so in the table, measure the rest
-            return [Figure("repetition", TOTAL, float("nan"), "s", goal=f"≤ {GOAL_S} s",
-                           note=f"not measured: {str(exc).splitlines()[0]}")]
+            return [
+                Figure(
+                    "repetition",
+                    TOTAL,
+                    float("nan"),
+                    "s",
+                    goal=f"≤ {GOAL_S} s",
+                    note=f"not measured: {str(exc).splitlines()[0]}",
+                )
+            ]
         whole_run = time.perf_counter() - started
     failed = [r.error for r in outcome.records if r.error or r.agent_exit != 0 or r.verify_exit != 0]
     if failed or len(outcome.records) != 2 * repetitions:
         raise RuntimeError(f"the benchmark run did not complete cleanly: {failed or outcome.records}")
     timings[REST] = [t - sum(timings[label][i] for label in PHASES) for i, t in enumerate(timings[TOTAL])]
     total = timings[TOTAL]
-    figures = [Figure("repetition", f"{TOTAL} ({len(total)} repetitions)", median(total), "s", spread(total),
-                      f"≤ {GOAL_S} s", median(total) / GOAL_S, median(total) <= GOAL_S,
-                      note="agent and verify are `true`: their time is the container start and stop")]
+    figures = [
+        Figure(
+            "repetition",
+            f"{TOTAL} ({len(total)} repetitions)",
+            median(total),
+            "s",
+            spread(total),
+            f"≤ {GOAL_S} s",
+            median(total) / GOAL_S,
+            median(total) <= GOAL_S,
+            note="agent and verify are `true`: their time is the container start and stop",
+        )
+    ]
     for label in (*PHASES, REST):
         values = timings[label]
-        figures.append(Figure("repetition", f"phase: {label}", median(values), "s", spread(values),
-                              ratio=median(values) / median(total)))
-    figures.append(Figure("repetition", "run setup, once per run (image check, CA, CA bundle)",
-                          whole_run - sum(total), "s"))
+        figures.append(
+            Figure(
+                "repetition",
+                f"phase: {label}",
+                median(values),
+                "s",
+                spread(values),
+                ratio=median(values) / median(total),
+            )
+        )
+    figures.append(
+        Figure(
+            "repetition", "run setup, once per run (image check, CA, CA bundle)", whole_run - sum(total), "s"
+        )
+    )
     return figures

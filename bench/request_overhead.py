@@ -40,7 +40,9 @@ def one_round(route: Route, conn: http.client.HTTPConnection, requests: int) -> 
         latencies.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - started
     cpu_ms = (cpu_seconds(route.proxy_pid) - cpu_before) / requests * 1000 if route.proxy_pid else None
-    return Round(requests / elapsed, percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000, cpu_ms)
+    return Round(
+        requests / elapsed, percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000, cpu_ms
+    )
 
 
 def run(rounds: int = 10, requests: int = 150) -> list[Figure]:
@@ -74,8 +76,12 @@ def figures(results: dict[str, list[Round]]) -> list[Figure]:
     for name, rounds in results.items():
         kind, transport = name.split()
         reference = {"suite": f"bare {transport}", "bare": "direct HTTP"}.get(kind)
-        for metric, label, unit in (("throughput", "throughput", "req/s"), ("p50_ms", "p50 latency", "ms"),
-                                    ("p99_ms", "p99 latency", "ms"), ("proxy_cpu_ms", "proxy CPU per request", "ms")):
+        for metric, label, unit in (
+            ("throughput", "throughput", "req/s"),
+            ("p50_ms", "p50 latency", "ms"),
+            ("p99_ms", "p99 latency", "ms"),
+            ("proxy_cpu_ms", "proxy CPU per request", "ms"),
+        ):
             if kind == "direct" and metric == "proxy_cpu_ms":
                 continue
             values = [getattr(r, metric) for r in rounds]

@@ -27,8 +27,10 @@ class Figure:
         spread = f"{_num(self.spread[0])}–{_num(self.spread[1])}" if self.spread else ""
         ratio = f"{self.ratio:.2f}×" if self.ratio is not None else ""
         met = {True: "yes", False: "**NO**", None: ""}[self.met]
-        return (f"| {self.bench} | {self.name} | {_num(self.value)} {self.unit} | {spread} | {self.goal} "
-                f"| {ratio} | {met} |")
+        return (
+            f"| {self.bench} | {self.name} | {_num(self.value)} {self.unit} | {spread} | {self.goal} "
+            f"| {ratio} | {met} |"
+        )
 
 
 def _num(x: float) -> str:
@@ -68,8 +70,13 @@ def write(figures: list[Figure], out_dir: Path, settings: dict) -> tuple[Path, P
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     missed = [f for f in figures if f.met is False]
-    doc = {"date": stamp, "machine": machine(), "settings": settings, "figures": [asdict(f) for f in figures],
-           "missed": [f"{f.bench}: {f.name}" for f in missed]}
+    doc = {
+        "date": stamp,
+        "machine": machine(),
+        "settings": settings,
+        "figures": [asdict(f) for f in figures],
+        "missed": [f"{f.bench}: {f.name}" for f in missed],
+    }
     json_path = out_dir / "latest.json"
     json_path.write_text(json.dumps(doc, indent=2) + "\n")
     md_path = out_dir / "latest.md"
@@ -78,13 +85,20 @@ def write(figures: list[Figure], out_dir: Path, settings: dict) -> tuple[Path, P
 
 
 def markdown(figures: list[Figure], stamp: str, settings: dict) -> str:
-    lines = [f"Measured {stamp} on {machine()}; " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".",
-             "Value: median over rounds; spread: min–max over rounds; ratio: median of paired per-round ratios.", "",
-             "| benchmark | figure | value | spread | goal | ratio | met |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Measured {stamp} on {machine()}; " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".",
+        "Value: median over rounds; spread: min–max over rounds; ratio: median of paired per-round ratios.",
+        "",
+        "| benchmark | figure | value | spread | goal | ratio | met |",
+        "|---|---|---|---|---|---|---|",
+    ]
     lines += [f.row() for f in figures]
     notes = [f"- {f.bench}, {f.name}: {f.note}" for f in figures if f.note]
     missed = [f for f in figures if f.met is False]
-    lines += ["", "Missed goals: " + ("; ".join(f"{f.bench}: {f.name}" for f in missed) if missed else "none") + "."]
+    lines += [
+        "",
+        "Missed goals: " + ("; ".join(f"{f.bench}: {f.name}" for f in missed) if missed else "none") + ".",
+    ]
     if notes:
         lines += ["", *notes]
     return "\n".join(lines) + "\n"

@@ -1,8 +1,8 @@
 """``make bench``: every benchmark, side by side, into bench/results/latest.md and latest.json.
 
-    python -m bench.run                   # the full set, a few minutes
-    python -m bench.run --quick           # tiny sizes: checks the harness, not the machine
-    python -m bench.run --only requests,streaming
+python -m bench.run                   # the full set, a few minutes
+python -m bench.run --quick           # tiny sizes: checks the harness, not the machine
+python -m bench.run --only requests,streaming
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+from mitmchaos.log import configure_logging
+
 from bench import repetition, request_overhead, scoring, streaming
 from bench.results import Figure, write
-from mitmchaos.log import configure_logging
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -23,15 +24,22 @@ BENCHMARKS = {
     "requests": (request_overhead.run, {"rounds": 10, "requests": 150}, {"rounds": 2, "requests": 10}),
     "streaming": (streaming.run, {"rounds": 6, "chunk_delay_s": 0.05}, {"rounds": 2, "chunk_delay_s": 0.005}),
     "repetition": (repetition.run, {"repetitions": 3}, {"repetitions": 1}),
-    "scoring": (scoring.run, {"total_lines": 1_000_000, "repetitions": 40, "rounds": 3},
-                {"total_lines": 4_000, "repetitions": 40, "rounds": 1}),
+    "scoring": (
+        scoring.run,
+        {"total_lines": 1_000_000, "repetitions": 40, "rounds": 3},
+        {"total_lines": 4_000, "repetitions": 40, "rounds": 1},
+    ),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test)")
-    parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated: " + ", ".join(BENCHMARKS))
+    parser.add_argument(
+        "--only", default=",".join(BENCHMARKS), help="comma-separated: " + ", ".join(BENCHMARKS)
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory for latest.md and latest.json")
     args = parser.parse_args(argv)
     names = [n for n in args.only.split(",") if n]

@@ -16,9 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.results import Figure, median, spread
 from mitmchaos.records import RepetitionRecord
 from mitmchaos.rundir import save_run
+
+from bench.results import Figure, median, spread
 
 WALL_GOAL_S = 5.0
 RSS_GROWTH_GOAL = 1.25  # peak RSS with all the lines over the peak with a quarter of them
@@ -68,34 +69,120 @@ def events(lines: int, faulted: bool) -> str:
     in a faulted repetition, a failed model call every 100 lines."""
     base = {"run_id": "bench", "component": "proxy"}
     injects = ["llm.upstream_5xx", "tool.error", "egress.dns_fail"]
-    out = [json.dumps({"ts": 0.0, **base, "type": "plan_loaded", "plan": "bench-scoring", "seed": 0,
-                       "repetition": 0, "canary": CANARY, "faults": injects, "injects": injects})]
+    out = [
+        json.dumps(
+            {
+                "ts": 0.0,
+                **base,
+                "type": "plan_loaded",
+                "plan": "bench-scoring",
+                "seed": 0,
+                "repetition": 0,
+                "canary": CANARY,
+                "faults": injects,
+                "injects": injects,
+            }
+        )
+    ]
     ts = 1.0
     while len(out) < lines:
         n = len(out)
         ts += 0.01
         if faulted and n % 100 == 0:
-            out.append(json.dumps({"ts": ts, **base, "type": "fault_injected", "fault": "llm.upstream_5xx",
-                                   "fault_index": 0, "canary": CANARY, "target": {"model": MODEL}, "ordinal": n,
-                                   "sampled": 0.001, "probability": 0.01, "safety": "fail-safe", "status": 529}))
+            out.append(
+                json.dumps(
+                    {
+                        "ts": ts,
+                        **base,
+                        "type": "fault_injected",
+                        "fault": "llm.upstream_5xx",
+                        "fault_index": 0,
+                        "canary": CANARY,
+                        "target": {"model": MODEL},
+                        "ordinal": n,
+                        "sampled": 0.001,
+                        "probability": 0.01,
+                        "safety": "fail-safe",
+                        "status": 529,
+                    }
+                )
+            )
         elif n % 4 == 0:
-            out.append(json.dumps({"ts": ts, **base, "type": "llm_call", "provider": "anthropic",
-                                   "host": "api.anthropic.com", "path": "/v1/messages", "requested_model": MODEL,
-                                   "model": MODEL, "status": 200, "stream": True, "stop_reason": "tool_use",
-                                   "usage": {"input_tokens": 1200, "output_tokens": 80, "cache_read_tokens": 0,
-                                             "cache_write_tokens": 0},
-                                   "cost_usd": 0.0048, "duration_s": 0.9, "retry_count": 0, "faulted": None,
-                                   "error": None}))
+            out.append(
+                json.dumps(
+                    {
+                        "ts": ts,
+                        **base,
+                        "type": "llm_call",
+                        "provider": "anthropic",
+                        "host": "api.anthropic.com",
+                        "path": "/v1/messages",
+                        "requested_model": MODEL,
+                        "model": MODEL,
+                        "status": 200,
+                        "stream": True,
+                        "stop_reason": "tool_use",
+                        "usage": {
+                            "input_tokens": 1200,
+                            "output_tokens": 80,
+                            "cache_read_tokens": 0,
+                            "cache_write_tokens": 0,
+                        },
+                        "cost_usd": 0.0048,
+                        "duration_s": 0.9,
+                        "retry_count": 0,
+                        "faulted": None,
+                        "error": None,
+                    }
+                )
+            )
         elif n % 4 == 1:
-            out.append(json.dumps({"ts": ts, **base, "type": "tool_call", "tool": "Bash", "tool_key": "Bash",
-                                   "call_id": f"call_{n}", "input": {"command": "ls -la src"}, "source": "model"}))
+            out.append(
+                json.dumps(
+                    {
+                        "ts": ts,
+                        **base,
+                        "type": "tool_call",
+                        "tool": "Bash",
+                        "tool_key": "Bash",
+                        "call_id": f"call_{n}",
+                        "input": {"command": "ls -la src"},
+                        "source": "model",
+                    }
+                )
+            )
         elif n % 4 == 2:
-            out.append(json.dumps({"ts": ts, **base, "type": "tool_result", "tool": "Bash", "tool_key": "Bash",
-                                   "call_id": f"call_{n - 1}", "ok": True, "error": None, "source": "model"}))
+            out.append(
+                json.dumps(
+                    {
+                        "ts": ts,
+                        **base,
+                        "type": "tool_result",
+                        "tool": "Bash",
+                        "tool_key": "Bash",
+                        "call_id": f"call_{n - 1}",
+                        "ok": True,
+                        "error": None,
+                        "source": "model",
+                    }
+                )
+            )
         else:
-            out.append(json.dumps({"ts": ts, "run_id": "bench", "component": "resolver", "type": "dns_query",
-                                   "name": "registry.npmjs.org", "qtype": "A", "rcode": "NOERROR",
-                                   "faulted": False, "transport": "udp"}))
+            out.append(
+                json.dumps(
+                    {
+                        "ts": ts,
+                        "run_id": "bench",
+                        "component": "resolver",
+                        "type": "dns_query",
+                        "name": "registry.npmjs.org",
+                        "qtype": "A",
+                        "rcode": "NOERROR",
+                        "faulted": False,
+                        "transport": "udp",
+                    }
+                )
+            )
     return "\n".join(out) + "\n"
 
 
@@ -111,8 +198,18 @@ def make_run(run_dir: Path, repetitions: int, lines_per_repetition: int) -> None
             stdout = f"done; the model API failed with 529 ({CANARY})" if phase == "faulted" else "done"
             (artifacts / "agent.out").write_text(stdout + "\n")
             (artifacts / "verify.out").write_text("")
-            records.append(RepetitionRecord(index, phase, f"bench-{phase[0]}{index}", CANARY, artifacts,
-                                            agent_exit=0, verify_exit=0, duration_s=120.0))
+            records.append(
+                RepetitionRecord(
+                    index,
+                    phase,
+                    f"bench-{phase[0]}{index}",
+                    CANARY,
+                    artifacts,
+                    agent_exit=0,
+                    verify_exit=0,
+                    duration_s=120.0,
+                )
+            )
     save_run(run_dir, "bench-scoring.yaml", PLAN, records)
 
 
@@ -121,8 +218,11 @@ def report(run_dir: Path) -> tuple[float, float, float]:
     out = run_dir.parent / f"{run_dir.name}-report" / "report.json"
     cli = Path(sys.executable).with_name("mitmchaos")
     started = time.perf_counter()
-    process = subprocess.Popen([str(cli), "report", str(run_dir), "--out", str(out)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [str(cli), "report", str(run_dir), "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - started
     process.returncode = os.waitstatus_to_exitcode(status)
@@ -152,12 +252,34 @@ def run(total_lines: int = 1_000_000, repetitions: int = 40, rounds: int = 3) ->
     size = f"{repetitions} repetitions, {per_repetition * repetitions:,} event lines"
     growth = median([r / q for r, q in zip(rss, quarter_rss)])
     return [
-        Figure("scoring", f"mitmchaos report, {size}: wall time", median(walls), "s", spread(walls),
-               f"≤ {WALL_GOAL_S:.0f} s", median(walls) / WALL_GOAL_S, median(walls) <= WALL_GOAL_S,
-               note="every probe but the judge, every report format (JSON, text, JUnit, Markdown, HTML)"),
-        Figure("scoring", f"mitmchaos report, {size}: CPU time", median(cpus), "s", spread(cpus),
-               note="user + system: less noisy than wall time on a shared machine"),
-        Figure("scoring", f"mitmchaos report, {size}: peak RSS", median(rss), "MiB", spread(rss),
-               f"≤ {RSS_GROWTH_GOAL:.2f}× with ¼ of the lines", growth, growth <= RSS_GROWTH_GOAL,
-               note=f"with a quarter of the lines it peaks at {median(quarter_rss):.0f} MiB"),
+        Figure(
+            "scoring",
+            f"mitmchaos report, {size}: wall time",
+            median(walls),
+            "s",
+            spread(walls),
+            f"≤ {WALL_GOAL_S:.0f} s",
+            median(walls) / WALL_GOAL_S,
+            median(walls) <= WALL_GOAL_S,
+            note="every probe but the judge, every report format (JSON, text, JUnit, Markdown, HTML)",
+        ),
+        Figure(
+            "scoring",
+            f"mitmchaos report, {size}: CPU time",
+            median(cpus),
+            "s",
+            spread(cpus),
+            note="user + system: less noisy than wall time on a shared machine",
+        ),
+        Figure(
+            "scoring",
+            f"mitmchaos report, {size}: peak RSS",
+            median(rss),
+            "MiB",
+            spread(rss),
+            f"≤ {RSS_GROWTH_GOAL:.2f}× with ¼ of the lines",
+            growth,
+            growth <= RSS_GROWTH_GOAL,
+            note=f"with a quarter of the lines it peaks at {median(quarter_rss):.0f} MiB",
+        ),
     ]

@@ -5,6 +5,7 @@ and the suite; then the proxies' peak RSS over the run (VmHWM)."""
 from __future__ import annotations
 
 import http.client
+import itertools
 import tempfile
 import time
 from contextlib import ExitStack, closing
@@ -35,10 +36,9 @@ def one_stream(route: Route, conn: http.client.HTTPConnection, chunk_delay_s: fl
     t0 = time.perf_counter()
     response = route.send(conn, BODY)
     arrivals = []
-    while data := response.read1(65536):  # at most one HTTP chunk per read
+    while response.read1(65536):  # at most one HTTP chunk per read
         arrivals.append(time.perf_counter() - t0)
-        del data
-    gaps = [abs(b - a - chunk_delay_s) * 1000 for a, b in zip(arrivals, arrivals[1:])]
+    gaps = [abs(b - a - chunk_delay_s) * 1000 for a, b in itertools.pairwise(arrivals)]
     return Stream(arrivals[0] * 1000, len(arrivals), median(gaps) if gaps else 0.0, max(gaps, default=0.0))
 
 
@@ -47,9 +47,11 @@ def run(rounds: int = 6, chunk_delay_s: float = 0.05) -> list[Figure]:
         upstream = stack.enter_context(Upstream(words=WORDS, chunk_delay_s=chunk_delay_s))
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mitmchaos-bench-")))
         routes, proxies = [direct(upstream.url)], {}
-        for name, suite, options in (("bare buffering", False, {}),
-                                     ("bare streaming", False, {"stream_large_bodies": "1"}),
-                                     ("suite", True, {})):
+        for name, suite, options in (
+            ("bare buffering", False, {}),
+            ("bare streaming", False, {"stream_large_bodies": "1"}),
+            ("suite", True, {}),
+        ):
             proxy = start_proxy(workdir / name.replace(" ", "-"), suite, **options)
             stack.callback(proxy.stop)
             proxies[name] = proxy
@@ -80,32 +82,58 @@ def stream_figures(results: dict[str, list[Stream]], chunk_delay_s: float) -> li
             figure.note = f"{median(after):+.1f} ms after direct (median of paired differences)"
             if name == "suite":
                 bare_first = [s.first_chunk_ms for s in results["bare streaming"]]
-                figure.note += f", {median([f - b for f, b in zip(first, bare_first)]):+.1f} ms after bare streaming"
+                figure.note += (
+                    f", {median([f - b for f, b in zip(first, bare_first)]):+.1f} ms after bare streaming"
+                )
             if name != "bare buffering":
                 figure.goal = f"≤ direct + {FIRST_CHUNK_GOAL_MS:.0f} ms"
                 figure.met = median(after) <= FIRST_CHUNK_GOAL_MS
         out.append(figure)
         reads = [s.reads for s in streams]
-        out.append(Figure("streaming", f"{name}: chunks arriving separately", median(reads), f"of {CHUNKS}",
-                          spread(reads), f"{CHUNKS} (no buffering)", met=None if name == "bare buffering"
-                          else min(reads) == CHUNKS))
+        out.append(
+            Figure(
+                "streaming",
+                f"{name}: chunks arriving separately",
+                median(reads),
+                f"of {CHUNKS}",
+                spread(reads),
+                f"{CHUNKS} (no buffering)",
+                met=None if name == "bare buffering" else min(reads) == CHUNKS,
+            )
+        )
         if name == "bare buffering":
             continue  # one arrival: no gaps to time
         gap_errors = [s.gap_error_ms for s in streams]
         worst = max(s.worst_gap_error_ms for s in streams)
-        out.append(Figure("streaming", f"{name}: gap error (median abs(gap - {chunk_delay_s * 1000:.0f} ms))",
-                          median(gap_errors), "ms", spread(gap_errors), f"≤ {GAP_GOAL_MS:.0f} ms",
-                          met=median(gap_errors) <= GAP_GOAL_MS,
-                          note=f"{schedule}; worst single gap off by {worst:.1f} ms"))
+        out.append(
+            Figure(
+                "streaming",
+                f"{name}: gap error (median abs(gap - {chunk_delay_s * 1000:.0f} ms))",
+                median(gap_errors),
+                "ms",
+                spread(gap_errors),
+                f"≤ {GAP_GOAL_MS:.0f} ms",
+                met=median(gap_errors) <= GAP_GOAL_MS,
+                note=f"{schedule}; worst single gap off by {worst:.1f} ms",
+            )
+        )
     return out
 
 
 def memory_figures(warm_rss: dict[str, float], peak_rss: dict[str, float]) -> list[Figure]:
     out = []
     for name in ("bare streaming", "suite"):
-        figure = Figure("memory", f"{name}: proxy peak RSS (VmHWM)", peak_rss[name], "MiB",
-                        note=f"{peak_rss[name] - warm_rss[name]:+.1f} MiB over the streams after warm-up")
+        figure = Figure(
+            "memory",
+            f"{name}: proxy peak RSS (VmHWM)",
+            peak_rss[name],
+            "MiB",
+            note=f"{peak_rss[name] - warm_rss[name]:+.1f} MiB over the streams after warm-up",
+        )
         if name == "suite":
-            figure.ratio, figure.goal = peak_rss[name] / peak_rss["bare streaming"], "vs bare (no goal in #11)"
+            figure.ratio, figure.goal = (
+                peak_rss[name] / peak_rss["bare streaming"],
+                "vs bare (no goal in #11)",
+            )
         out.append(figure)
     return out

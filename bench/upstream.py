@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Self
 
 from mitmchaos.model_server import ModelServer, Turn
 
@@ -40,9 +41,10 @@ class Upstream:
         self.process: subprocess.Popen | None = None
         self.url = ""
 
-    def __enter__(self) -> Upstream:
-        self.process = subprocess.Popen([sys.executable, "-m", "bench.upstream", *self.args], cwd=ROOT,
-                                        stdout=subprocess.PIPE, text=True)
+    def __enter__(self) -> Self:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.upstream", *self.args], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
         self.url = self.process.stdout.readline().strip()
         if not self.url.startswith("http://"):
             self.__exit__()
@@ -52,7 +54,11 @@ class Upstream:
     def __exit__(self, *exc) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(10)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ import json
 import math
 
 import pytest
+from mitmchaos import images
 
 from bench import run
-from mitmchaos import images
 from tests.sandboxed import require_podman
 
 pytestmark = pytest.mark.slow
@@ -36,11 +36,16 @@ def test_proxy_and_scoring_benchmarks_write_every_figure(tmp_path):
         assert f"{route}: throughput" in names
     assert "suite: first chunk" in names and "suite: proxy peak RSS (VmHWM)" in names
     by_name = {f["name"]: f for f in doc["figures"]}
-    assert by_name["suite: chunks arriving separately"]["value"] == by_name["direct HTTP: chunks arriving separately"]["value"]
+    assert (
+        by_name["suite: chunks arriving separately"]["value"]
+        == by_name["direct HTTP: chunks arriving separately"]["value"]
+    )
     assert by_name["bare buffering: chunks arriving separately"]["value"] == 1  # what buffering looks like
     assert all(f["ratio"] > 0 for f in doc["figures"] if f["ratio"] is not None)
     assert sum(f["bench"] == "scoring" for f in doc["figures"]) == 3
-    assert sorted(doc["missed"]) == sorted(f"{f['bench']}: {f['name']}" for f in doc["figures"] if f["met"] is False)
+    assert sorted(doc["missed"]) == sorted(
+        f"{f['bench']}: {f['name']}" for f in doc["figures"] if f["met"] is False
+    )
 
 
 @pytest.mark.podman
