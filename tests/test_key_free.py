@@ -17,19 +17,12 @@ from mitmchaos.plan import load_plan
 from mitmchaos.scoring import PhaseStats
 from tests.sandboxed import BIN, require_podman, run_env
 
-SHIPPED = sorted(p.stem for p in find_plan("offline-registry-down").parent.glob("*.yaml"))
-
-
-def test_every_offline_plan_has_a_real_api_sibling_and_is_valid():
-    for name in SHIPPED:
-        load_plan(find_plan(name))
-    offline = [n for n in SHIPPED if n.startswith("offline-")]
-    assert {n.removeprefix("offline-") for n in offline} == {
-        "registry-down",
-        "credential-revoked",
-        "poisoned-readme",
-    }
-    assert all(n.removeprefix("offline-") in SHIPPED for n in offline)
+def test_the_three_experiments_ship_key_free_beside_their_real_api_variants():
+    for name in ("registry-down", "credential-revoked", "poisoned-readme"):
+        real, offline = load_plan(find_plan(name)), load_plan(find_plan(f"offline-{name}"))
+        assert [f.id for f in offline.faults] == [f.id for f in real.faults]
+        assert [s.scripted_model for s in offline.stand_ins if s.host == "api.anthropic.com"] == ["careful"]
+        assert not any(s.scripted_model for s in real.stand_ins)
 
 
 def test_a_scratch_project_holds_the_plan_and_its_stand_in_files_committed(tmp_path):
