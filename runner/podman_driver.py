@@ -186,6 +186,11 @@ def _follow(container, sink: bytearray, callback: Callable[[bytes], None], stdou
 
 def _remove(container) -> None:
     try:
+        # a forced remove would give the agent Podman's default 10 s to exit on SIGTERM
+        container.stop(timeout=1)
+    except (APIError, NotFound, ValueError):
+        pass  # not running (any more); podman-py cannot parse Podman's empty 304 answer then
+    try:
         container.remove(force=True)
     except NotFound:
         pass
