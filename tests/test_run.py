@@ -281,3 +281,20 @@ def test_runs_that_say_nothing_about_resilience_are_invalid(tmp_path, agent, ver
     if verify == "false":
         assert not (tmp_path / "report" / "faulted-1").exists()  # the faulted repetitions were skipped
     assert_clean(tmp_path, project, run, before)
+
+
+def test_keep_leaves_each_worktree_with_the_agents_work(tmp_path):
+    agent = "curl -sS https://docs.example.test/hello.txt > result.txt"
+    project = make_project(tmp_path / "project", agent, "true")
+    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path), extra_args=["--keep"])
+    kept = []
+    try:
+        assert run.finish() == 0, run.stderr
+        records = json.loads((tmp_path / "report" / "run.json").read_text())["records"]
+        kept = [Path(r["extra"]["worktree"]) for r in records]
+        assert len(kept) == 2 and all(f"worktree kept at {path}" in run.stderr for path in kept)
+        assert (kept[0] / "result.txt").read_text() == SITE_TEXT
+    finally:
+        for path in kept:
+            subprocess.run(["git", "-C", str(project), "worktree", "remove", "--force", str(path)],
+                           check=True)
