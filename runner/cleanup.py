@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -79,7 +80,13 @@ def signals_deferred() -> Iterator[None]:
     Around cleanup, so it runs to the end, and around "create, then push its undo", so an
     interrupt cannot fall between the two and leak the resource. Held in Python, not with a
     signal mask: a process started inside the block would inherit the mask and ignore SIGTERM.
+    Python runs signal handlers in the main thread only, so a worker thread (parallel
+    repetitions) has nothing to hold; counting it would make the main thread's interrupt wait
+    for a worker's block and then surface in the worker.
     """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     _deferral["depth"] += 1
     try:
         yield

@@ -93,7 +93,9 @@ def docs(readme: Path, check: bool) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               help="Report path (default: under the temp directory); artifacts go next to it.")
 @click.option("--keep", is_flag=True, help="Keep each repetition's worktree.")
-def run(plan_path: Path, sandbox_image: str | None, out: Path | None, keep: bool) -> None:
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Repetitions of a phase run at once, each in its own sandbox; the same decisions and report.")
+def run(plan_path: Path, sandbox_image: str | None, out: Path | None, keep: bool, workers: int) -> None:
     """Run an experiment: baseline repetitions, then faulted ones, each in a Podman sandbox.
 
     Exit codes: 0 scored, 1 aborted, 2 invalid or inconclusive (and a plan or preflight error),
@@ -104,7 +106,7 @@ def run(plan_path: Path, sandbox_image: str | None, out: Path | None, keep: bool
     from mitmchaos.run import Interrupted, RunError, RunSettings, execute, score_and_report
 
     try:
-        outcome = execute(RunSettings(plan_path, sandbox_image, out, keep))
+        outcome = execute(RunSettings(plan_path, sandbox_image, out, keep, workers=workers))
     except PlanError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)

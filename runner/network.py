@@ -15,6 +15,7 @@ import hashlib
 import ipaddress
 import random
 import subprocess
+import threading
 from dataclasses import dataclass
 
 from podman.errors import APIError
@@ -24,6 +25,9 @@ from mitmchaos.cleanup import CHAIN_PREFIX, CleanupStack, resource_labels, rule_
 # Podman hands out 10.89.0.0/24 upwards for its own networks; start far above that.
 SUBNET_POOL = [ipaddress.ip_network(f"10.89.{i}.0/24") for i in range(100, 250)]
 DNS_PORT = 53
+# Parallel repetitions in one process pick and take a subnet one at a time; other processes
+# racing for the same one are caught by Podman's refusal and a retry.
+_ALLOCATING = threading.Lock()
 
 
 class NetworkError(RuntimeError):
@@ -45,10 +49,10 @@ def chain_name(repetition_id: str) -> str:
 
 def create_network(client, name: str, run_id: str, stack: CleanupStack) -> SandboxNetwork:
     for _attempt in range(5):
-        subnet = _free_subnet(client)
-        gateway = str(next(subnet.hosts()))
         try:
-            with signals_deferred():
+            with _ALLOCATING, signals_deferred():
+                subnet = _free_subnet(client)
+                gateway = str(next(subnet.hosts()))
                 created = client.networks.create(
                     name, driver="bridge", internal=True, dns_enabled=False,
                     subnets=[{"subnet": str(subnet), "gateway": gateway}], labels=resource_labels(run_id))

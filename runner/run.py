@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ EVENTS_IN_SANDBOX = f"/work/{STATE_DIR}/events.jsonl"
 ARTIFACTS = ("events.jsonl", "agent.out", "agent.err", "verify.out", "proxy.log", "resolver.log",
              "flows.mitm")
 RESOLVER_START_S = 15.0
+RUN_ENDED = "stopped: another repetition ended the run"
 
 
 class RunError(RuntimeError):
@@ -74,6 +76,7 @@ class RunSettings:
     terminal_err: BinaryIO = field(default_factory=lambda: sys.stderr.buffer)
     progress: TextIO = field(default_factory=lambda: sys.stderr)
     phases: tuple[Phase, ...] = ("baseline", "faulted")  # suites and sweeps share one baseline across runs
+    workers: int = 1  # repetitions of a phase run at once (see parallel.py)
 
 
 @dataclass
@@ -96,13 +99,14 @@ class Progress:
         self.stream = stream
         self.total = total
         self.label = ""
+        self.worker = ""  # ", worker 2" when repetitions run in parallel
         self.current = ""
         self.mid_line = False
         self.started = self.rep_started = self.phase_started = self.last_tick = time.monotonic()
 
     def repetition(self, number: int, phase: Phase, run_id: str) -> None:
         self.rep_started = time.monotonic()
-        self.label = f"rep {number}/{self.total} {phase}"
+        self.label = f"rep {number}/{self.total} {phase}{self.worker}"
         self.say(f"{self.label} ({run_id})")
 
     def phase(self, name: str) -> None:
@@ -121,7 +125,9 @@ class Progress:
         if self.mid_line:  # the sandbox's last output had no newline; start ours on a line of its own
             print(file=self.stream)
             self.mid_line = False
-        print(f"[mitmchaos {time.monotonic() - self.started:6.1f}s] {text}", file=self.stream, flush=True)
+        # one write per line: parallel workers share the stream
+        self.stream.write(f"[mitmchaos {time.monotonic() - self.started:6.1f}s] {text}\n")
+        self.stream.flush()
 
 
 # ------------------------------------------------------------------ the run
@@ -169,6 +175,8 @@ def execute(settings: RunSettings) -> RunOutcome:
 
 
 def _execute(settings: RunSettings, plan: Plan, root: Path, outcome: RunOutcome, stack: CleanupStack) -> None:
+    from mitmchaos.parallel import run_phase  # it runs Repetition, defined below
+
     progress = Progress(settings.progress, plan.repeat * len(settings.phases))
     try:
         client = connect(stack)
@@ -186,21 +194,19 @@ def _execute(settings: RunSettings, plan: Plan, root: Path, outcome: RunOutcome,
         raise RunError(f"the sandbox cannot run {image}: {exc}") from None
     outcome.artifacts.mkdir(parents=True, exist_ok=True)
     shared = Shared(settings, plan, root, client, image, ca_dir, bundle, progress, outcome.run_id)
-    number = 0
-    for phase in settings.phases:
-        for index in range(plan.repeat):
-            number += 1
-            record = Repetition(shared, phase, index, number, outcome.artifacts).run()
-            outcome.records.append(record)
+    for position, phase in enumerate(settings.phases):
+        records = run_phase(shared, phase, position * plan.repeat, outcome.artifacts)
+        outcome.records.extend(records)
+        for record in records:
             outcome.carried_in = record.extra.get("carried_in", outcome.carried_in)
-            if record.abort or record.error:
-                progress.say(f"run ends: repetition {number} {'aborted' if record.abort else 'failed'}")
-                return
-            if phase == "baseline" and record.verify_exit != 0:
-                outcome.invalid_baseline = True
-                progress.say(f"baseline repetition {index + 1} failed verify ({record.verify_exit}); "
-                             "the faulted repetitions are skipped")
-                return
+        if any(record.abort or record.error for record in records):
+            return
+        failed = [record for record in records if phase == "baseline" and record.verify_exit != 0]
+        if failed:
+            outcome.invalid_baseline = True
+            progress.say(f"baseline repetition {failed[0].index + 1} failed verify ({failed[0].verify_exit}); "
+                         "the faulted repetitions are skipped")
+            return
 
 
 def _make_ca(confdir: Path) -> Path:
@@ -227,6 +233,7 @@ class Shared:
     bundle: Path
     progress: Progress
     run_id: str
+    run_ended: threading.Event = field(default_factory=threading.Event)  # parallel workers stop on it
 
 
 def absolute_stand_in_paths(data: dict, plan_dir: Path) -> dict:
@@ -420,6 +427,9 @@ class Repetition:
         started = time.monotonic()
 
         def should_stop() -> str | None:
+            ended = self._run_ended()
+            if ended:
+                return ended
             elapsed = time.monotonic() - started
             abort = monitor.check(elapsed)
             self.s.progress.tick(monitor.faults_fired)
@@ -451,9 +461,16 @@ class Repetition:
         self.s.progress.phase("verify")
         spec = self._container(net, worktree, "verify", self.s.plan.verify)
         result = run_container(self.s.client, spec, self.stack, on_stdout=self._echo(),
-                               on_stderr=self._echo(stderr=True))
+                               on_stderr=self._echo(stderr=True), should_stop=self._run_ended)
         self.record.verify_exit = result.exit_code
         self._save("verify.out", result.stdout + result.stderr.encode())
+
+    def _run_ended(self) -> str | None:
+        """Another repetition ended the run (parallel workers): this one stops too."""
+        if self.s.run_ended.is_set():
+            self.record.error = RUN_ENDED
+            return "run ended"
+        return None
 
     def _crashed_helper(self) -> str | None:
         if self.proxy is not None and not self.proxy.alive():
