@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from mitmchaos import images
 from mitmchaos.examples import find_plan, scratch_project
 from mitmchaos.network import chain_name
+
 from tests.sandboxed import PLAN, RunProcess, bridges, leftovers, make_project, require_podman, run_env
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
