@@ -66,13 +66,15 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {memory:.0f} GiB, {system}, Python {platform.python_version()}"
 
 
-def write(figures: list[Figure], out_dir: Path, settings: dict) -> tuple[Path, Path]:
+def write(figures: list[Figure], out_dir: Path, settings: dict, loads: list[float]) -> tuple[Path, Path]:
+    """``loads``: the 1-minute load average sampled between benchmarks, the other work on the machine."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     missed = [f for f in figures if f.met is False]
     doc = {
         "date": stamp,
         "machine": machine(),
+        "load_average": [min(loads), max(loads)],
         "settings": settings,
         "figures": [asdict(f) for f in figures],
         "missed": [f"{f.bench}: {f.name}" for f in missed],
@@ -80,13 +82,15 @@ def write(figures: list[Figure], out_dir: Path, settings: dict) -> tuple[Path, P
     json_path = out_dir / "latest.json"
     json_path.write_text(json.dumps(doc, indent=2) + "\n")
     md_path = out_dir / "latest.md"
-    md_path.write_text(markdown(figures, stamp, settings))
+    md_path.write_text(markdown(figures, stamp, settings, loads))
     return md_path, json_path
 
 
-def markdown(figures: list[Figure], stamp: str, settings: dict) -> str:
+def markdown(figures: list[Figure], stamp: str, settings: dict, loads: list[float]) -> str:
     lines = [
-        f"Measured {stamp} on {machine()}; " + ", ".join(f"{k} {v}" for k, v in settings.items()) + ".",
+        f"Measured {stamp} on {machine()}, load average {min(loads):.1f}–{max(loads):.1f}; "
+        + ", ".join(f"{k} {v}" for k, v in settings.items())
+        + ".",
         "Value: median over rounds; spread: min–max over rounds; ratio: median of paired per-round ratios.",
         "",
         "| benchmark | figure | value | spread | goal | ratio | met |",

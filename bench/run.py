@@ -8,6 +8,7 @@ python -m bench.run --only requests,streaming
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()  # the runner's cleanup debug lines would drown the progress
     figures: list[Figure] = []
     settings = {}
+    loads = [os.getloadavg()[0]]
     for name in names:
         function, full, quick = BENCHMARKS[name]
         kwargs = quick if args.quick else full
@@ -57,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: {name} ({settings[name]})", file=sys.stderr, flush=True)
         figures += function(**kwargs)
         print(f"bench: {name} took {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-    md, js = write(figures, args.out, settings)
+        loads.append(os.getloadavg()[0])
+    md, js = write(figures, args.out, settings, loads)
     print(md.read_text())
     print(f"bench: wrote {md} and {js}", file=sys.stderr)
     return 0
