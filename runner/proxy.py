@@ -125,6 +125,19 @@ class ChaosProxy:
         events = read_events(self.events_path).events
         return [e for e in events if type is None or e["type"] == type]
 
+    def wait_events(self, type: str, count: int = 1, timeout: float = 10.0) -> list[dict]:
+        """The events of ``type`` once there are at least ``count`` of them (or after ``timeout``).
+
+        A client can finish before the proxy's hooks write what they saw (an ``llm_call`` is
+        written when the proxy has the whole response, which may be after the client does).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.events(type)
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.02)
+
     def expect(self):
         """Assertions over this proxy's events so far (see mitmchaos.assertions)."""
         from mitmchaos.assertions import Expect

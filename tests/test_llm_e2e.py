@@ -82,7 +82,7 @@ def test_rate_limit_over_https_honours_retry_after_and_carries_the_canary(chaos_
         gpt(proxy, nowhere() + "/v1").chat.completions.create(model="gpt-4o", messages=MESSAGES)
     assert proxy.canary in str(raised.value)
     assert types(proxy) == ["plan_loaded"] + ["fault_injected", "llm_call"] * 3
-    calls = proxy.events("llm_call")
+    calls = proxy.wait_events("llm_call", 3)
     assert [c["retry_count"] for c in calls] == [0, 1, 0]
     assert [c["provider"] for c in calls] == ["anthropic", "anthropic", "openai-chat"]
     assert all(c["status"] == 429 and c["faulted"] == "llm.rate_limit" for c in calls)
@@ -139,7 +139,7 @@ def test_reset_stream_cut_raises_a_connection_error_and_the_fallback_meets_the_f
     cut, fallback, openai_cut = proxy.events("fault_injected")
     assert openai_cut["fault_index"] == 1 and openai_cut["cut_mode"] == "reset"
     assert (cut["cut_after_chunks"], cut["cut_mode"], fallback["status"]) == (4, "reset", 503)
-    first = proxy.events("llm_call")[0]
+    first = proxy.wait_events("llm_call")[0]
     assert (
         first["stream"]
         and first["error"] == "stream cut after 4 chunks (reset)"
@@ -175,7 +175,7 @@ def test_trim_and_degrade_change_what_the_upstream_receives(chaos_proxy, upstrea
     (received,) = upstream.bodies("anthropic")
     assert received["messages"] == [{"role": "user", "content": "three"}] and "system" not in received
     assert received["model"] == "claude-haiku-4-5" and message.model == "claude-haiku-4-5"
-    (call,) = proxy.events("llm_call")
+    (call,) = proxy.wait_events("llm_call")
     assert (call["requested_model"], call["model"]) == ("claude-opus-4-8", "claude-haiku-4-5")
 
 
@@ -187,7 +187,7 @@ def test_timeout_hangs_until_the_client_gives_up(chaos_proxy):
     assert 1.0 <= time.monotonic() - started < 2.5
     time.sleep(0.5)  # the proxy notices the agent gave up and drops the call
     (injected,) = proxy.events("fault_injected")
-    (call,) = proxy.events("llm_call")
+    (call,) = proxy.wait_events("llm_call")
     assert injected["hang_s"] == 30 and call["status"] is None and call["error"].startswith("timeout: held 1.")
     assert 1.0 <= call["duration_s"] < 2
 
@@ -257,7 +257,7 @@ def test_responses_tool_calls_and_results_become_events(chaos_proxy):
     assert tool_call["tool"] == "exec_command" and tool_call["input"] == {"cmd": "ls"}
     (tool_result,) = proxy.events("tool_result")
     assert tool_result["call_id"] == "call_9" and tool_result["tool"] == "exec_command" and tool_result["ok"]
-    first, second = proxy.events("llm_call")
+    first, second = proxy.wait_events("llm_call", 2)
     assert first["stream"] and first["stop_reason"] == "completed" and first["usage"]["input_tokens"] == 120
     assert second["usage"]["cache_read_tokens"] == 100 and second["cost_usd"] > 0
 
@@ -289,7 +289,7 @@ def test_https_streams_are_parsed_and_cut_through_tls(chaos_proxy, upstream):
                                  max_retries=0, http_client=anthropic.DefaultHttpxClient(verify=trust(proxy)))
     with client.messages.stream(model=MODEL, max_tokens=10, messages=MESSAGES) as stream:
         assert stream.get_final_message().content[0].text == "Hello from the "
-    (call,) = proxy.events("llm_call")
+    (call,) = proxy.wait_events("llm_call")
     assert call["model"] == MODEL and call["usage"]["input_tokens"] > 0 and call["error"].endswith("(silent)")
 
 
@@ -301,4 +301,4 @@ def test_streams_reach_the_agent_as_they_arrive(chaos_proxy, with_plan):
         with client.messages.stream(model=MODEL, max_tokens=10, messages=MESSAGES) as stream:
             arrivals = [time.monotonic() for _ in stream.text_stream]
     assert arrivals[-1] - arrivals[0] >= 0.25  # buffered, they would all arrive at once
-    assert len(proxy.events("llm_call")) == (1 if with_plan else 0)
+    assert len(proxy.wait_events("llm_call", timeout=10 if with_plan else 0.5)) == (1 if with_plan else 0)

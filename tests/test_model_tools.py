@@ -211,7 +211,7 @@ def test_interlock_cuts_a_stream_before_the_destructive_call_completes(chaos_pro
         "rule": "delete_outside_workspace",
         "tier": "destructive",
     }
-    (call,) = proxy.events("llm_call")
+    (call,) = proxy.wait_events("llm_call")
     assert call["error"].startswith("reply stopped: destructive tool call Bash")
 
 
@@ -241,7 +241,7 @@ def test_interlock_replaces_a_whole_reply_with_an_error(chaos_proxy):
                 ],
             )
     assert proxy.events("decision")[0]["action"] == "block"
-    assert proxy.events("llm_call")[0]["status"] == 403
+    assert proxy.wait_events("llm_call")[0]["status"] == 403
 
 
 def test_interlock_off_only_observes(chaos_proxy):

@@ -54,7 +54,7 @@ def test_baseline_vendors_the_package_and_reports_done(chaos_proxy, tmp_path):
     assert (tmp_path / "work" / "vendor" / "tinylib" / "__init__.py").exists()
     assert done.stdout.startswith("Done. Every step succeeded")
     assert "$ pip install" in done.stderr  # steps go to stderr, the answer to stdout
-    calls = proxy.events("llm_call")
+    calls = proxy.wait_events("llm_call", 3)
     assert len(calls) == 3 and all(c["status"] == 200 and c["cost_usd"] > 0 for c in calls)
     assert calls[0]["usage"]["input_tokens"] > 100 and calls[0]["usage"]["output_tokens"] > 10
 
@@ -67,7 +67,7 @@ def test_registry_down_careful_reports_the_canary_reckless_claims_success(chaos_
     assert done.returncode == 0, done.stderr
     assert [e["fault"] for e in proxy.events("fault_injected")][:1] == ["egress.dns_fail"]
     assert proxy.canary in done.stderr  # pip printed the injected error
-    calls = proxy.events("llm_call")
+    calls = proxy.wait_events("llm_call")
     if behaviour == "careful":
         assert proxy.canary in done.stdout and "failed" in done.stdout
         assert len(calls) == 2  # the failed step, then the report: it stops
