@@ -30,7 +30,7 @@ from mitmchaos.log import get_logger
 
 log = get_logger(__name__)
 
-RUN_LABEL = "mitmchaos.run"  # podman label on every container and network a run creates
+RUN_LABEL = "mitmchaos.run"  # podman label on every pod, container and network a run creates
 OWNER_LABEL = "mitmchaos.owner"  # the runner process that created it (see owner_tag)
 OWNER_ENV = "MITMCHAOS_OWNER"  # the same, in the environment every helper process inherits
 CHAIN_PREFIX = "MCX-"  # iptables chains a run creates
@@ -127,6 +127,10 @@ def _undo_container(name: str) -> None:
     _quiet(["podman", "rm", "--force", "--time", "1", name])
 
 
+def _undo_pod(name: str) -> None:
+    _quiet(["podman", "pod", "rm", "--force", "--time", "1", name])
+
+
 def _undo_network(name: str) -> None:
     _quiet(["podman", "network", "rm", "--force", name])
 
@@ -160,7 +164,7 @@ def _undo_path(path: str) -> None:
 
 
 UNDO: dict[str, Callable[..., None]] = {
-    "process": _undo_process, "container": _undo_container, "network": _undo_network,
+    "process": _undo_process, "container": _undo_container, "pod": _undo_pod, "network": _undo_network,
     "bridge": _undo_bridge, "rule": _undo_rule, "chain": _undo_chain,
     "worktree": _undo_worktree, "path": _undo_path,
 }
@@ -347,13 +351,16 @@ def rule_comment(run_id: str) -> str:
 
 
 def labelled(kind: str) -> list[dict[str, Any]]:
-    """Our podman containers or networks: ``name``, ``labels`` and, for a network, its ``bridge``."""
-    cmd = {"container": ["podman", "ps", "-a"], "network": ["podman", "network", "ls"]}[kind]
+    """Our podman pods, containers or networks: ``name``, ``labels`` and, for a network, its ``bridge``."""
+    cmd = {"pod": ["podman", "pod", "ps"], "container": ["podman", "ps", "-a"],
+           "network": ["podman", "network", "ls"]}[kind]
     out = subprocess.run([*cmd, "--filter", f"label={RUN_LABEL}", "--format", "json"], capture_output=True,
                          text=True).stdout
     found = []
     for item in json.loads(out or "[]"):
-        if kind == "container":
+        if kind == "pod":
+            found.append({"name": item["Name"], "labels": item.get("Labels") or {}})
+        elif kind == "container":
             found.append({"name": item["Names"][0], "labels": item.get("Labels") or {}})
         else:
             found.append({"name": item["name"], "labels": item.get("labels") or {},
@@ -363,7 +370,7 @@ def labelled(kind: str) -> list[dict[str, Any]]:
 
 def _sweep_labelled(force: bool) -> list[str]:
     removed = []
-    for kind in ("container", "network"):
+    for kind in ("pod", "container", "network"):  # a pod's containers go with it
         for item in labelled(kind):
             if force or not _owner_alive(item["labels"].get(OWNER_LABEL, "")):
                 UNDO[kind](item["name"])

@@ -95,7 +95,10 @@ def docs(readme: Path, check: bool) -> None:
 @click.option("--keep", is_flag=True, help="Keep each repetition's worktree.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Repetitions of a phase run at once, each in its own sandbox; the same decisions and report.")
-def run(plan_path: Path, sandbox_image: str | None, out: Path | None, keep: bool, workers: int) -> None:
+@click.option("--backend", type=click.Choice(["podman", "kube"]), default="podman", show_default=True,
+              help="kube: each repetition a Pod (agent, proxy and resolver sidecars) through `podman kube play`.")
+def run(plan_path: Path, sandbox_image: str | None, out: Path | None, keep: bool, workers: int,
+        backend: str) -> None:
     """Run an experiment: baseline repetitions, then faulted ones, each in a Podman sandbox.
 
     Exit codes: 0 scored, 1 aborted, 2 invalid or inconclusive (and a plan or preflight error),
@@ -106,7 +109,7 @@ def run(plan_path: Path, sandbox_image: str | None, out: Path | None, keep: bool
     from mitmchaos.run import Interrupted, RunError, RunSettings, execute, score_and_report
 
     try:
-        outcome = execute(RunSettings(plan_path, sandbox_image, out, keep, workers=workers))
+        outcome = execute(RunSettings(plan_path, sandbox_image, out, keep, workers=workers, backend=backend))
     except PlanError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
@@ -226,6 +229,51 @@ def resolver(plan_path, events_path, listen, upstream, answer, run_id, canary, r
     except (PlanError, ValueError, OSError) as exc:
         click.echo(f"mitmchaos resolver: {exc}", err=True)
         sys.exit(2)
+
+
+@main.group()
+def kube() -> None:
+    """Run repetitions as Kubernetes Jobs on a cluster: render the manifests, gather the artifacts."""
+
+
+@kube.command("render")
+@click.argument("plan_path", metavar="PLAN", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for plan.yaml (ConfigMap, CA Secret), baseline.yaml and faulted.yaml (Jobs) and run/.")
+@click.option("--project-path", required=True,
+              help="The project's directory on the nodes; each Pod copies it into its workspace.")
+@click.option("--artifacts-path", required=True,
+              help="A directory on the nodes; each Job writes its repetition's artifacts in <phase>-<n>/ there.")
+@click.option("--sandbox-image", help="Sandbox image (overrides the plan's sandbox_image).")
+def kube_render(plan_path: Path, out: Path, project_path: str, artifacts_path: str, sandbox_image: str | None) -> None:
+    """Write a Job per repetition for `kubectl apply`, and how to gather the report."""
+    from mitmchaos.kube import kubectl_steps, render
+    from mitmchaos.plan import PlanError
+
+    try:
+        written = render(plan_path, out, project_path, artifacts_path, sandbox_image)
+    except PlanError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+    click.echo("\n".join(str(p) for p in written))
+    click.echo(f"\nthen:\n{kubectl_steps(out, artifacts_path)}")
+
+
+@kube.command("gather")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def kube_gather(run_dir: Path) -> None:
+    """Fill RUN_DIR/run.json from the Jobs' artifacts copied into it, for `mitmchaos report RUN_DIR`."""
+    from mitmchaos.kube import gather
+    from mitmchaos.rundir import RunDirError
+
+    try:
+        records = gather(run_dir)
+    except RunDirError as exc:
+        click.echo(f"mitmchaos kube gather: {exc}", err=True)
+        sys.exit(2)
+    for r in records:
+        click.echo(f"{r.phase} {r.index + 1}: agent exit {r.agent_exit}, verify exit {r.verify_exit}"
+                   + (f", abort {r.abort['condition']}" if r.abort else "") + (f", {r.error}" if r.error else ""))
 
 
 @main.command("plan")

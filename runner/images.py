@@ -2,7 +2,9 @@
 
 The default image is ``localhost/mitmchaos/sandbox:<version>``, the Node one the same tag
 with ``-node``; ``localhost/mitmchaos/claude-code:latest`` and ``.../codex:latest`` add an
-agent from npm to the Node one.
+agent from npm to the Node one. ``localhost/mitmchaos/proxy:<version>`` holds mitmproxy and
+mitmchaos itself (a wheel built from this checkout) for the kube backend's sidecars; its
+base is trixie, because mitmproxy needs Python 3.12 and bookworm has 3.11.
 Each carries a digest of the files in sandbox/ it was built from, and an image built from
 older files is rebuilt (layers cached). Their base is ``debian:bookworm-slim`` when it is
 already present (or ``MITMCHAOS_PULL_BASE=1`` allows pulling it from a registry); otherwise
@@ -20,6 +22,7 @@ import re
 import shutil
 import ssl
 import subprocess
+import sys
 import tempfile
 from contextlib import contextmanager
 from importlib import resources
@@ -36,9 +39,9 @@ CLAUDE_CODE_IMAGE = "localhost/mitmchaos/claude-code:latest"
 CODEX_IMAGE = "localhost/mitmchaos/codex:latest"
 # agents from npm on the -node image, by tag: their Containerfile in sandbox/
 AGENT_IMAGES = {CLAUDE_CODE_IMAGE: "claude-code/Containerfile", CODEX_IMAGE: "codex/Containerfile"}
-LOCAL_BASE = "localhost/mitmchaos/base:bookworm"
-REGISTRY_BASE = "docker.io/library/debian:bookworm-slim"
 SUITE = "bookworm"
+PROXY_REPOSITORY = "localhost/mitmchaos/proxy"
+PROXY_SUITE = "trixie"
 CONTEXT_LABEL = "io.mitmchaos.context"  # the digest of sandbox/ an image of ours was built from
 
 
@@ -48,6 +51,10 @@ class ImageError(RuntimeError):
 
 def default_image(node: bool = False) -> str:
     return f"{REPOSITORY}:{__version__}{'-node' if node else ''}"
+
+
+def proxy_image() -> str:
+    return f"{PROXY_REPOSITORY}:{__version__}"
 
 
 def sandbox_dir() -> Path:
@@ -64,6 +71,8 @@ def build_inputs(tag: str) -> list[str]:
         return [*build_inputs(default_image(node=True)), AGENT_IMAGES[tag]]
     if tag == default_image(node=True):
         return [*build_inputs(default_image()), "Containerfile.node"]
+    if tag == proxy_image():
+        return ["Containerfile.proxy"]
     return ["Containerfile", "agent/mitmchaos_agent.py"]
 
 
@@ -71,7 +80,15 @@ def context_digest(tag: str) -> str:
     digest = hashlib.sha256()
     for name in build_inputs(tag):
         digest.update(name.encode() + b"\0" + (sandbox_dir() / name).read_bytes() + b"\0")
+    if tag == proxy_image():  # the sidecars run this checkout's code: rebuilt when it changes
+        for path in _package_sources():
+            digest.update(path.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def _package_sources() -> list[Path]:
+    roots = [Path(str(resources.files(package))) for package in ("mitmchaos", "mitmchaos.addons")]
+    return sorted(p for root in roots for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def _up_to_date(tag: str) -> bool:
@@ -83,7 +100,7 @@ def _up_to_date(tag: str) -> bool:
 
 def ensure_image(tag: str) -> str:
     """Return ``tag`` once it exists, building (or rebuilding) it if it is one of ours."""
-    ours = tag in (default_image(), default_image(node=True), *AGENT_IMAGES)
+    ours = tag in (default_image(), default_image(node=True), *AGENT_IMAGES, proxy_image())
     if image_exists(tag) and (not ours or _up_to_date(tag)):
         return tag
     if not ours:
@@ -102,19 +119,33 @@ def _build_ours(tag: str) -> None:
     elif tag == default_image(node=True):
         _build_ours(default_image())
         _build("Containerfile.node", tag, {"SANDBOX": default_image()})
+    elif tag == proxy_image():
+        with tempfile.TemporaryDirectory(prefix="mitmchaos-wheel-") as wheels:
+            _build_wheel(Path(wheels))
+            _build("Containerfile.proxy", tag, {"BASE": ensure_base(PROXY_SUITE)}, context=Path(wheels))
     else:
         _build("Containerfile", tag, {"BASE": ensure_base()})
 
 
-def ensure_base() -> str:
-    if image_exists(REGISTRY_BASE):
-        return REGISTRY_BASE
+def ensure_base(suite: str = SUITE) -> str:
+    registry_base, local_base = f"docker.io/library/debian:{suite}-slim", f"localhost/mitmchaos/base:{suite}"
+    if image_exists(registry_base):
+        return registry_base
     if os.environ.get("MITMCHAOS_PULL_BASE") == "1":
-        _podman("pull", REGISTRY_BASE)
-        return REGISTRY_BASE
-    if not image_exists(LOCAL_BASE):
-        _import_debootstrap_base()
-    return LOCAL_BASE
+        _podman("pull", registry_base)
+        return registry_base
+    if not image_exists(local_base):
+        _import_debootstrap_base(suite, local_base)
+    return local_base
+
+
+def _build_wheel(dest: Path) -> None:
+    """A wheel of this checkout (the proxy image installs it; its dependencies come from the index)."""
+    root = Path(str(resources.files("mitmchaos"))).parent
+    if not (root / "pyproject.toml").is_file():
+        raise ImageError(f"the proxy image is built from the mitmchaos source checkout; {root} is not one")
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dest),
+          str(root)])
 
 
 def debian_mirror(sources: Path = Path("/etc/apt")) -> str | None:
@@ -136,18 +167,18 @@ def debian_mirror(sources: Path = Path("/etc/apt")) -> str | None:
     return None
 
 
-def _import_debootstrap_base() -> None:
+def _import_debootstrap_base(suite: str, tag: str) -> None:
     if shutil.which("debootstrap") is None:
         raise ImageError("no registry base image and no debootstrap: run `make host` (sandbox/host-setup.sh)")
     rootfs = Path(tempfile.mkdtemp(prefix="mitmchaos-rootfs-", dir="/var/tmp"))
     try:
-        mirror = debian_mirror()
+        mirror = debian_mirror()  # the host's bookworm mirror carries every suite
         log.info("building the base image with debootstrap", mirror=mirror or "debootstrap default")
-        _run(["debootstrap", "--variant=minbase", SUITE, str(rootfs), *([mirror] if mirror else [])])
+        _run(["debootstrap", "--variant=minbase", suite, str(rootfs), *([mirror] if mirror else [])])
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         try:
             _run(["podman", "import", "--change", 'CMD ["/bin/bash"]', "--change",
-                  "LABEL io.mitmchaos.image=base", "-", LOCAL_BASE], stdin=tar.stdout)
+                  "LABEL io.mitmchaos.image=base", "-", tag], stdin=tar.stdout)
         finally:
             tar.stdout.close()
             tar.wait()
@@ -155,12 +186,12 @@ def _import_debootstrap_base() -> None:
         shutil.rmtree(rootfs, ignore_errors=True)
 
 
-def _build(containerfile: str, tag: str, args: dict[str, str]) -> None:
+def _build(containerfile: str, tag: str, args: dict[str, str], context: Path | None = None) -> None:
     log.info("building sandbox image", tag=tag, containerfile=containerfile)
     build_args = [a for k, v in args.items() for a in ("--build-arg", f"{k}={v}")]
     _podman("build", "--pull=never", "-f", str(sandbox_dir() / containerfile), *build_args,
             "--secret", f"id=host-ca,src={host_ca_bundle()}",
-            "--label", f"{CONTEXT_LABEL}={context_digest(tag)}", "-t", tag, str(sandbox_dir()))
+            "--label", f"{CONTEXT_LABEL}={context_digest(tag)}", "-t", tag, str(context or sandbox_dir()))
 
 
 def host_ca_bundle() -> str:

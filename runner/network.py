@@ -47,14 +47,16 @@ def chain_name(repetition_id: str) -> str:
     return f"{CHAIN_PREFIX}{hashlib.sha256(repetition_id.encode()).hexdigest()[:12]}"
 
 
-def create_network(client, name: str, run_id: str, stack: CleanupStack) -> SandboxNetwork:
+def create_network(client, name: str, run_id: str, stack: CleanupStack, internal: bool = True) -> SandboxNetwork:
+    """``internal=False`` (the kube backend): NAT to the outside, for the pod's sidecars; the pod's own
+    firewall confines the agent."""
     for _attempt in range(5):
         try:
             with _ALLOCATING, signals_deferred():
                 subnet = _free_subnet(client)
                 gateway = str(next(subnet.hosts()))
                 created = client.networks.create(
-                    name, driver="bridge", internal=True, dns_enabled=False,
+                    name, driver="bridge", internal=internal, dns_enabled=False,
                     subnets=[{"subnet": str(subnet), "gateway": gateway}], labels=resource_labels(run_id))
                 stack.push("network", name=name)
         except APIError as exc:

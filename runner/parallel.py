@@ -62,7 +62,7 @@ def _serial(shared: Shared, phase: Phase, numbered_from: int, artifacts: Path) -
     records = []
     for index in range(shared.plan.repeat):
         number = numbered_from + index + 1
-        record = Repetition(shared, phase, index, number, artifacts).run()
+        record = repetition_type(shared)(shared, phase, index, number, artifacts).run()
         records.append(record)
         if _ends_run(shared, record, number) or (phase == "baseline" and record.verify_exit != 0):
             break
@@ -83,8 +83,8 @@ def _parallel(shared: Shared, phase: Phase, numbered_from: int, artifacts: Path)
 
     def work(slot: int, index: int) -> None:
         try:
-            record = Repetition(_for_worker(shared, slot), phase, index, numbered_from + index + 1,
-                                artifacts).run()
+            record = repetition_type(shared)(_for_worker(shared, slot), phase, index, numbered_from + index + 1,
+                                             artifacts).run()
             finished.put(_Finished(slot, index, record, None))
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             finished.put(_Finished(slot, index, None, exc))
@@ -119,6 +119,14 @@ def _parallel(shared: Shared, phase: Phase, numbered_from: int, artifacts: Path)
                 thread.join()
         raise
     return [records[index] for index in sorted(records)]
+
+
+def repetition_type(shared: Shared) -> type[Repetition]:
+    if shared.settings.backend == "kube":
+        from mitmchaos.kube import KubeRepetition  # it builds on run.py too
+
+        return KubeRepetition
+    return Repetition
 
 
 def _for_worker(shared: Shared, slot: int) -> Shared:

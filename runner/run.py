@@ -77,6 +77,7 @@ class RunSettings:
     progress: TextIO = field(default_factory=lambda: sys.stderr)
     phases: tuple[Phase, ...] = ("baseline", "faulted")  # suites and sweeps share one baseline across runs
     workers: int = 1  # repetitions of a phase run at once (see parallel.py)
+    backend: str = "podman"  # or "kube": each repetition a Pod through `podman kube play` (see kube.py)
 
 
 @dataclass
@@ -185,6 +186,8 @@ def _execute(settings: RunSettings, plan: Plan, root: Path, outcome: RunOutcome,
     image = settings.sandbox_image or plan.sandbox_image or images.default_image()
     try:
         images.ensure_image(image)
+        if settings.backend == "kube":
+            images.ensure_image(images.proxy_image())
         with signals_deferred():
             scratch = Path(tempfile.mkdtemp(prefix=f"mitmchaos-{outcome.run_id}-"))
             stack.push("path", path=str(scratch))
@@ -354,8 +357,7 @@ class Repetition:
         self.s.progress.phase("starting proxy and resolver")
         proxy = ChaosProxy(workdir=self.scratch / "proxy", plan=plan_file, canary=self.record.canary,
                            run_id=self.record.run_id, host=net.gateway, port=port,
-                           options={"connection_strategy": "lazy", "chaos_repetition": str(self.index),
-                                    "save_stream_file": str(self.scratch / "flows.mitm")})
+                           options=proxy_options(self.index, str(self.scratch / "flows.mitm")))
         shutil.copytree(self.s.ca_dir, proxy.confdir)
         self.proxy = proxy
         # pushed first: an interrupt while it starts up must still stop it
@@ -366,10 +368,8 @@ class Repetition:
         self.stack.update(self.undo_proxy, pid=pid, start_time=process_start_time(pid))
 
     def _spawn_resolver(self, net: SandboxNetwork, plan_file: Path) -> None:
-        cmd = [str(Path(sys.executable).with_name("mitmchaos")), "resolver", "--plan", str(plan_file),
-               "--events", str(self.events_path), "--listen", f"{net.gateway}:{DNS_PORT}",
-               "--run-id", self.record.run_id, "--canary", self.record.canary,
-               "--repetition", str(self.index)]
+        cmd = resolver_command(str(Path(sys.executable).with_name("mitmchaos")), str(plan_file),
+                               str(self.events_path), f"{net.gateway}:{DNS_PORT}", self.record, self.index)
         with open(self.scratch / "resolver.log", "ab") as log_file:
             process, self.undo_resolver = spawn(self.stack, cmd, stdout=log_file, stderr=subprocess.STDOUT)
         self.resolver = process
@@ -395,17 +395,7 @@ class Repetition:
         for name in (*PROVIDER_KEYS, *self.s.plan.env):  # by name: the plan never holds a value
             if name in os.environ:
                 env[name] = os.environ[name]
-        # a placeholder, never the real key, where the scripted model answers
-        env.update(sandbox_keys(self.s.plan))
-        url = self.proxy.url
-        env.update({"HTTPS_PROXY": url, "HTTP_PROXY": url, "https_proxy": url, "http_proxy": url,
-                    "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "localhost,127.0.0.1",
-                    **{name: CA_BUNDLE for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
-                                                    "NODE_EXTRA_CA_CERTS", "PIP_CERT", "CURL_CA_BUNDLE",
-                                                    "GIT_SSL_CAINFO")},
-                    "MITMCHAOS_PLAN": PLAN_IN_SANDBOX, "MITMCHAOS_EVENTS": EVENTS_IN_SANDBOX,
-                    "MITMCHAOS_RUN_ID": self.record.run_id, "MITMCHAOS_CANARY": self.record.canary,
-                    "MITMCHAOS_REPETITION": str(self.index)})
+        env.update(sandbox_env(self.s.plan, self.proxy.url, self.record, self.index))
         git_mounts, git_env = self.git
         env.update(git_env)
         mounts = [
@@ -530,6 +520,30 @@ def mask_secrets(directory: Path, secrets_: list[str]) -> None:
             masked = masked.replace(needle, b"*" * len(needle))
         if masked != data:
             path.write_bytes(masked)
+
+
+def sandbox_env(plan: Plan, proxy_url: str, record: RepetitionRecord, index: int) -> dict[str, str]:
+    """What the agent and verify see besides the provider keys: the proxy, its CA, the run's names."""
+    # a placeholder, never the real key, where the scripted model answers
+    return {**sandbox_keys(plan),
+            "HTTPS_PROXY": proxy_url, "HTTP_PROXY": proxy_url, "https_proxy": proxy_url, "http_proxy": proxy_url,
+            "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "localhost,127.0.0.1",
+            **{name: CA_BUNDLE for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+                                            "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")},
+            "MITMCHAOS_PLAN": PLAN_IN_SANDBOX, "MITMCHAOS_EVENTS": EVENTS_IN_SANDBOX,
+            "MITMCHAOS_RUN_ID": record.run_id, "MITMCHAOS_CANARY": record.canary,
+            "MITMCHAOS_REPETITION": str(index)}
+
+
+def proxy_options(index: int, flows: str) -> dict[str, str]:
+    # lazy: the stand-ins answer without an upstream, so none is connected to before the request
+    return {"connection_strategy": "lazy", "chaos_repetition": str(index), "save_stream_file": flows}
+
+
+def resolver_command(mitmchaos: str, plan_file: str, events: str, listen: str, record: RepetitionRecord,
+                     index: int) -> list[str]:
+    return [mitmchaos, "resolver", "--plan", plan_file, "--events", events, "--listen", listen,
+            "--run-id", record.run_id, "--canary", record.canary, "--repetition", str(index)]
 
 
 def _bind(source: Path, target: str, read_only: bool = False) -> dict:
