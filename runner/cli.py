@@ -244,14 +244,16 @@ def kube() -> None:
               help="The project's directory on the nodes; each Pod copies it into its workspace.")
 @click.option("--artifacts-path", required=True,
               help="A directory on the nodes; each Job writes its repetition's artifacts in <phase>-<n>/ there.")
-@click.option("--sandbox-image", help="Sandbox image (overrides the plan's sandbox_image).")
-def kube_render(plan_path: Path, out: Path, project_path: str, artifacts_path: str, sandbox_image: str | None) -> None:
+@click.option("--sandbox-image", help="Sandbox image as the cluster pulls it (default: the plan's, or ours).")
+@click.option("--proxy-image", help="Proxy image as the cluster pulls it (default: localhost/mitmchaos/proxy:<version>).")
+def kube_render(plan_path: Path, out: Path, project_path: str, artifacts_path: str, sandbox_image: str | None,
+                proxy_image: str | None) -> None:
     """Write a Job per repetition for `kubectl apply`, and how to gather the report."""
     from mitmchaos.kube import kubectl_steps, render
     from mitmchaos.plan import PlanError
 
     try:
-        written = render(plan_path, out, project_path, artifacts_path, sandbox_image)
+        written = render(plan_path, out, project_path, artifacts_path, sandbox_image, proxy_image)
     except PlanError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)

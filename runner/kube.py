@@ -119,12 +119,11 @@ def proxy_args(record: RepetitionRecord, index: int) -> list[str]:
     return ["mitmdump", *[in_image.get(arg, arg) for arg in proxy.command()[1:]]]
 
 
-def pod_spec(plan: Plan, record: RepetitionRecord, index: int, sandbox_image: str, agent_env: list[dict],
-             agent_mounts: list[dict], sidecar_mounts: list[dict], volumes: list[dict],
+def pod_spec(plan: Plan, record: RepetitionRecord, index: int, sandbox_image: str, proxy_image: str,
+             agent_env: list[dict], agent_mounts: list[dict], sidecar_mounts: list[dict], volumes: list[dict],
              init_containers: list[dict] = ()) -> dict:
     """The Pod of one repetition; the volumes and mounts say where its files come from."""
     sidecar_mounts = [*sidecar_mounts, {"name": "state", "mountPath": STATE}]
-    proxy_image = images.proxy_image()
     resolver = resolver_command("mitmchaos", PLAN, f"{STATE}/events.jsonl", f"127.0.0.1:{RESOLVER_PORT}",
                                 record, index)
 
@@ -170,6 +169,21 @@ def _host_path(name: str, source: Path, target: str, read_only: bool) -> tuple[d
             {"name": name, "mountPath": target, "readOnly": read_only})
 
 
+class _Dumper(yaml.SafeDumper):
+    """Manifests a person reads: scripts as literal blocks, no anchors for repeated labels."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+
+
+def dump_yaml(documents: list[dict]) -> str:
+    return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False)
+
+
 def _env_list(env: dict[str, str]) -> list[dict]:
     return [{"name": k, "value": v} for k, v in env.items()]
 
@@ -199,7 +213,7 @@ class KubeRepetition(Repetition):
             os.chown(path, SIDECAR_UID, SIDECAR_UID)
         net = create_network(s.client, f"mitmchaos-{rec.run_id}", rec.run_id, self.stack, internal=False)
         manifest = self.scratch / "pod.yaml"
-        manifest.write_text(yaml.safe_dump(self._pod(net, worktree, plan_file, ca), sort_keys=False))
+        manifest.write_text(dump_yaml([self._pod(net, worktree, plan_file, ca)]))
         runner_events = EventWriter(self.events_path, rec.run_id, "runner")
         try:
             s.progress.phase("pod")
@@ -236,8 +250,8 @@ class KubeRepetition(Repetition):
         return {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": _dns_name(f"mitmchaos-{self.record.run_id}"),
                              "labels": resource_labels(self.record.run_id)},
-                "spec": pod_spec(self.s.plan, self.record, self.index, self.s.image, _env_list(spec.env),
-                                 agent_mounts, sidecar_mounts, volumes)}
+                "spec": pod_spec(self.s.plan, self.record, self.index, self.s.image, images.proxy_image(),
+                                 _env_list(spec.env), agent_mounts, sidecar_mounts, volumes)}
 
     def _play(self, manifest: Path, network: str) -> None:
         pod = _dns_name(f"mitmchaos-{self.record.run_id}")
@@ -314,11 +328,13 @@ def _dns_name(text: str) -> str:
 # ------------------------------------------------------------------ a cluster: rendered Jobs
 
 
-def render(plan_path: Path, out: Path, project_path: str, artifacts_path: str, sandbox_image: str | None) -> list[Path]:
+def render(plan_path: Path, out: Path, project_path: str, artifacts_path: str, sandbox_image: str | None = None,
+           proxy_image: str | None = None) -> list[Path]:
     """Jobs (one per repetition, baseline and faulted in separate files), the plan's ConfigMap, the
     CA's Secret, and run/run.json for `mitmchaos kube gather` and `mitmchaos report`."""
     plan = load_plan(plan_path)
     image = sandbox_image or plan.sandbox_image or images.default_image()
+    proxy_image = proxy_image or images.proxy_image()
     run_id = new_run_id()
     name = _dns_name(f"mitmchaos-{plan.name}")
     source = plan_path.resolve()
@@ -341,7 +357,7 @@ def render(plan_path: Path, out: Path, project_path: str, artifacts_path: str, s
                   "data": {p.name: base64.b64encode(p.read_bytes()).decode() for p in sorted(ca.iterdir())}}
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "plan.yaml"]
-    written[0].write_text(yaml.safe_dump_all([config, secret], sort_keys=False))
+    written[0].write_text(dump_yaml([config, secret]))
     records = []
     for phase in ("baseline", "faulted"):
         jobs = []
@@ -349,10 +365,10 @@ def render(plan_path: Path, out: Path, project_path: str, artifacts_path: str, s
             record = RepetitionRecord(index, phase, f"{run_id}-{phase[0]}{index}", new_canary(),
                                       Path(f"{phase}-{index + 1}"))
             records.append(record)
-            jobs.append(_job(plan, record, index, image, name, Path(project_path),
+            jobs.append(_job(plan, record, index, (image, proxy_image), name, Path(project_path),
                              f"{artifacts_path}/{record.artifacts}"))
         path = out / f"{phase}.yaml"
-        path.write_text(yaml.safe_dump_all(jobs, sort_keys=False))
+        path.write_text(dump_yaml(jobs))
         written.append(path)
     save_run(out / "run", plan_path, plan_path.read_text(), records)
     return written
@@ -364,8 +380,9 @@ def _project_root(path: Path) -> Path:
     return Path(found.stdout.strip()).resolve() if found.returncode == 0 else path.parent
 
 
-def _job(plan: Plan, record: RepetitionRecord, index: int, image: str, name: str, project: Path,
+def _job(plan: Plan, record: RepetitionRecord, index: int, image_pair: tuple[str, str], name: str, project: Path,
          artifacts: str) -> dict:
+    image, proxy_image = image_pair
     env = _env_list(sandbox_env(plan, f"http://127.0.0.1:{PROXY_PORT}", record, index))
     named = {e["name"] for e in env}
     env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": KEYS_SECRET, "key": key, "optional": True}}}
@@ -391,7 +408,7 @@ def _job(plan: Plan, record: RepetitionRecord, index: int, image: str, name: str
     ]
     # Each Pod works on its own copy of the project; the state directory is made writable for
     # the sidecars' and the agent's uids, with the events file they share.
-    prepare = {"name": "prepare", "image": images.proxy_image(), "workingDir": "/",
+    prepare = {"name": "prepare", "image": proxy_image, "workingDir": "/",
                "command": ["sh", "-c", f"chmod 1777 {STATE} && touch {STATE}/events.jsonl "
                                        f"&& chmod 666 {STATE}/events.jsonl"],
                "securityContext": {**_security(0, ("FOWNER",)), "runAsNonRoot": False},
@@ -401,7 +418,8 @@ def _job(plan: Plan, record: RepetitionRecord, index: int, image: str, name: str
                  "securityContext": _security(SANDBOX_UID),
                  "volumeMounts": [{"name": "project", "mountPath": PROJECT, "readOnly": True},
                                   {"name": "work", "mountPath": "/work"}]}
-    spec = pod_spec(plan, record, index, image, env, agent_mounts, sidecar_mounts, volumes, [prepare, workspace])
+    spec = pod_spec(plan, record, index, image, proxy_image, env, agent_mounts, sidecar_mounts, volumes,
+                    [prepare, workspace])
     labels = {"app.kubernetes.io/name": "mitmchaos", "mitmchaos.run": record.run_id, "mitmchaos.phase": phase}
     deadline = plan.abort_value("wall_clock_s_above")
     return {"apiVersion": "batch/v1", "kind": "Job",
