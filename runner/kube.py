@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 
 import yaml
-
 from mitmchaos import images
 from mitmchaos.cleanup import resource_labels, signals_deferred
 from mitmchaos.decisions import new_canary
@@ -44,10 +43,21 @@ from mitmchaos.network import create_network
 from mitmchaos.plan import Plan, load_plan, parse_plan_text
 from mitmchaos.podman_driver import SANDBOX_UID
 from mitmchaos.proxy import ChaosProxy, addon_script
-from mitmchaos.records import Phase, RepetitionRecord
-from mitmchaos.run import (CA_BUNDLE, EVENTS_IN_SANDBOX, PLAN_IN_SANDBOX, PROVIDER_KEYS, Repetition,
-                           RepetitionFailed, _make_ca, absolute_stand_in_paths, new_run_id, proxy_options,
-                           resolver_command, sandbox_env)
+from mitmchaos.records import RepetitionRecord
+from mitmchaos.run import (
+    CA_BUNDLE,
+    EVENTS_IN_SANDBOX,
+    PLAN_IN_SANDBOX,
+    PROVIDER_KEYS,
+    Repetition,
+    RepetitionFailed,
+    _make_ca,
+    absolute_stand_in_paths,
+    new_run_id,
+    proxy_options,
+    resolver_command,
+    sandbox_env,
+)
 from mitmchaos.rundir import save_run
 
 PROXY_PORT = 8080
@@ -365,7 +375,7 @@ def render(plan_path: Path, out: Path, project_path: str, artifacts_path: str, s
             record = RepetitionRecord(index, phase, f"{run_id}-{phase[0]}{index}", new_canary(),
                                       Path(f"{phase}-{index + 1}"))
             records.append(record)
-            jobs.append(_job(plan, record, index, (image, proxy_image), name, Path(project_path),
+            jobs.append(_job(plan, record, index, image, proxy_image, name, Path(project_path),
                              f"{artifacts_path}/{record.artifacts}"))
         path = out / f"{phase}.yaml"
         path.write_text(dump_yaml(jobs))
@@ -380,9 +390,8 @@ def _project_root(path: Path) -> Path:
     return Path(found.stdout.strip()).resolve() if found.returncode == 0 else path.parent
 
 
-def _job(plan: Plan, record: RepetitionRecord, index: int, image_pair: tuple[str, str], name: str, project: Path,
-         artifacts: str) -> dict:
-    image, proxy_image = image_pair
+def _job(plan: Plan, record: RepetitionRecord, index: int, image: str, proxy_image: str, name: str,
+         project: Path, artifacts: str) -> dict:
     env = _env_list(sandbox_env(plan, f"http://127.0.0.1:{PROXY_PORT}", record, index))
     named = {e["name"] for e in env}
     env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": KEYS_SECRET, "key": key, "optional": True}}}
@@ -409,8 +418,8 @@ def _job(plan: Plan, record: RepetitionRecord, index: int, image_pair: tuple[str
     # Each Pod works on its own copy of the project; the state directory is made writable for
     # the sidecars' and the agent's uids, with the events file they share.
     prepare = {"name": "prepare", "image": proxy_image, "workingDir": "/",
-               "command": ["sh", "-c", f"chmod 1777 {STATE} && touch {STATE}/events.jsonl "
-                                       f"&& chmod 666 {STATE}/events.jsonl"],
+               "command": ["sh", "-c", (f"chmod 1777 {STATE} && touch {STATE}/events.jsonl "
+                                        f"&& chmod 666 {STATE}/events.jsonl")],
                "securityContext": {**_security(0, ("FOWNER",)), "runAsNonRoot": False},
                "volumeMounts": [{"name": "state", "mountPath": STATE}]}
     workspace = {"name": "workspace", "image": image, "workingDir": "/",

@@ -11,7 +11,6 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-
 from mitmchaos import images
 from mitmchaos.cleanup import RUN_LABEL, labelled
 from mitmchaos.examples import find_plan
@@ -19,6 +18,7 @@ from mitmchaos.kube import gather, render
 from mitmchaos.rundir import load_run
 from mitmchaos.scoring import score
 from mitmchaos.scripted_model import SCRIPTED_MODEL_KEY
+
 from tests.sandboxed import SITE_TEXT, RunProcess, bridges, leftovers, make_project, require_podman, run_env
 
 K8S_VERSION = "1.30.0"  # the oldest still maintained upstream; the schemas ship with the package
@@ -52,7 +52,7 @@ def test_rendered_jobs_confine_the_agent_and_fault_only_the_faulted_phase(tmp_pa
     agent = containers["agent"]["securityContext"]
     assert agent["runAsUser"] == 1000 and agent["capabilities"] == {"drop": ["ALL"]}
     assert agent["allowPrivilegeEscalation"] is False
-    assert [c["name"] for c in spec["initContainers"]][0] == "egress"  # before anything else runs
+    assert spec["initContainers"][0]["name"] == "egress"  # before anything else runs
     assert "--uid-owner 1000 -j REJECT" in spec["initContainers"][0]["command"][2]
     env = {e["name"]: e for e in containers["agent"]["env"]}
     assert env["MITMCHAOS_REPETITION"]["value"] == "1" and env["HTTPS_PROXY"]["value"] == "http://127.0.0.1:8080"
