@@ -179,11 +179,14 @@ def demo(plan: str | None, sandbox_image: str | None) -> None:
 
 @main.command()
 @click.option("--node/--no-node", default=True, help="Also build the -node image.")
-def images(node: bool) -> None:
+@click.option("--proxy", is_flag=True, help="Also build the proxy image (the kube backend's sidecars).")
+def images(node: bool, proxy: bool) -> None:
     """Build the sandbox images (cached: nothing happens when they exist)."""
     from mitmchaos import images as sandbox_images
 
-    for tag in [sandbox_images.default_image()] + ([sandbox_images.default_image(node=True)] if node else []):
+    tags = [sandbox_images.default_image(), *([sandbox_images.default_image(node=True)] if node else []),
+            *([sandbox_images.proxy_image()] if proxy else [])]
+    for tag in tags:
         try:
             sandbox_images.ensure_image(tag)
         except sandbox_images.ImageError as exc:
