@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import yaml
+from podman.errors import APIError
 from mitmchaos import images
 from mitmchaos.cleanup import resource_labels, signals_deferred
 from mitmchaos.decisions import new_canary
@@ -44,20 +45,9 @@ from mitmchaos.plan import Plan, load_plan, parse_plan_text
 from mitmchaos.podman_driver import SANDBOX_UID
 from mitmchaos.proxy import ChaosProxy, addon_script
 from mitmchaos.records import RepetitionRecord
-from mitmchaos.run import (
-    CA_BUNDLE,
-    EVENTS_IN_SANDBOX,
-    PLAN_IN_SANDBOX,
-    PROVIDER_KEYS,
-    Repetition,
-    RepetitionFailed,
-    _make_ca,
-    absolute_stand_in_paths,
-    new_run_id,
-    proxy_options,
-    resolver_command,
-    sandbox_env,
-)
+from mitmchaos.run import (CA_BUNDLE, EVENTS_IN_SANDBOX, PLAN_IN_SANDBOX, PROVIDER_KEYS, Repetition,
+                           RepetitionFailed, _make_ca, _tail, absolute_stand_in_paths, new_run_id, proxy_options,
+                           resolver_command, sandbox_env)
 from mitmchaos.rundir import save_run
 
 PROXY_PORT = 8080
@@ -231,12 +221,7 @@ class KubeRepetition(Repetition):
             runner_events.emit("repetition_started", index=self.index, phase=self.phase)
             self._watch(runner_events)
             self._outputs_in_place()
-            runner_events.emit("repetition_finished", index=self.index, phase=self.phase,
-                               agent_exit=rec.agent_exit, verify_exit=rec.verify_exit, duration_s=rec.duration_s)
-            took = time.monotonic() - s.progress.rep_started
-            s.progress.say(f"{s.progress.label}: done in {took:.1f}s, agent exit {rec.agent_exit} "
-                           f"({rec.duration_s:.1f}s), verify exit {rec.verify_exit}, "
-                           f"faults fired {rec.extra.get('faults_fired', 0)}")
+            self._finished(runner_events)
         finally:
             runner_events.close()
 
@@ -251,8 +236,8 @@ class KubeRepetition(Repetition):
             agent_mounts.append(mount)
         sidecar_mounts = []
         stand_ins = _stand_in_files(yaml.safe_load(plan_file.read_text()))
-        for i, (name, source, target) in enumerate([("plan", plan_file, PLAN), ("ca", ca, CA_DIR),
-                                                   *((f"stand-in-{i}", Path(p), p) for i, p in enumerate(stand_ins))]):
+        for name, source, target in [("plan", plan_file, PLAN), ("ca", ca, CA_DIR),
+                                     *((f"stand-in-{i}", Path(p), p) for i, p in enumerate(stand_ins))]:
             volume, mount = _host_path(name, source, target, read_only=name != "ca")
             volumes.append(volume)
             sidecar_mounts.append(mount)
@@ -297,15 +282,19 @@ class KubeRepetition(Repetition):
         agent_exit, verify_exit, duration = pod_outcome(self.state)
         rec.agent_exit, rec.duration_s = agent_exit, duration
         if rec.abort is None and rec.error is None:
+            if agent_exit is None:  # the agent container gave up waiting for the sidecars
+                rec.error = f"the agent never ran:\n{_tail(self.state / 'agent.err')}"
             rec.verify_exit = verify_exit
 
     def _sidecar_failed(self) -> bool:
         for name, log in (("proxy", "proxy.log"), ("resolver", "resolver.log")):
-            state = subprocess.run(["podman", "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
-                                    f"{self.pod}-{name}"], capture_output=True, text=True).stdout.split()
-            if state and state[0] == "exited" and not (self.state / "done").exists():
-                tail = (self.state / log).read_text(errors="replace")[-2000:] if (self.state / log).exists() else ""
-                self.record.error = f"the {name} exited with {state[1]} during the repetition:\n{tail}"
+            try:
+                state = self.s.client.containers.get(f"{self.pod}-{name}").attrs["State"]
+            except APIError:  # Podman 4.3 answers 500 while a container's process is exiting
+                continue
+            if state["Status"] == "exited" and not (self.state / "done").exists():
+                self.record.error = (f"the {name} exited with {state['ExitCode']} during the repetition:\n"
+                                     f"{_tail(self.state / log)}")
                 return True
         return False
 

@@ -306,15 +306,18 @@ class Repetition:
             self._agent(net, worktree, runner_events)
             if rec.abort is None and rec.error is None:
                 self._verify(net, worktree)
-            runner_events.emit("repetition_finished", index=self.index, phase=self.phase,
-                               agent_exit=rec.agent_exit, verify_exit=rec.verify_exit,
-                               duration_s=rec.duration_s)
-            took = time.monotonic() - s.progress.rep_started
-            s.progress.say(f"{s.progress.label}: done in {took:.1f}s, agent exit {rec.agent_exit} "
-                           f"({rec.duration_s:.1f}s), verify exit {rec.verify_exit}, "
-                           f"faults fired {rec.extra.get('faults_fired', 0)}")
+            self._finished(runner_events)
         finally:
             runner_events.close()
+
+    def _finished(self, runner_events: EventWriter) -> None:
+        rec = self.record
+        runner_events.emit("repetition_finished", index=self.index, phase=self.phase, agent_exit=rec.agent_exit,
+                           verify_exit=rec.verify_exit, duration_s=rec.duration_s)
+        took = time.monotonic() - self.s.progress.rep_started
+        self.s.progress.say(f"{self.s.progress.label}: done in {took:.1f}s, agent exit {rec.agent_exit} "
+                            f"({rec.duration_s:.1f}s), verify exit {rec.verify_exit}, "
+                            f"faults fired {rec.extra.get('faults_fired', 0)}")
 
     # -- setting up
 

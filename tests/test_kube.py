@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import signal
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -120,6 +122,40 @@ def test_a_run_through_podman_kube_play_is_scored_and_its_agent_confined(tmp_pat
     assert {(e["component"], e["type"]) for e in events} >= {("proxy", "plan_loaded"), ("resolver", "plan_loaded"),
                                                              ("proxy", "fault_injected"), ("resolver", "dns_query")}
     assert [r["verify_exit"] for r in report["repetitions"]] == [0, 1]  # the 401 kept the faulted agent's file empty
-    run_id = run.run_id()
-    assert leftovers(tmp_path, project, run_id, before) == []
-    assert [p for p in labelled("pod") if p["labels"].get(RUN_LABEL, "").startswith(run_id)] == []
+    assert leftovers(tmp_path, project, run.run_id(), before) == [] and _no_pods_left(run.run_id()) == []
+
+
+def _no_pods_left(run_id: str) -> list[dict]:
+    return [p for p in labelled("pod") if p["labels"].get(RUN_LABEL, "").startswith(run_id)]
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_a_destructive_attempt_in_a_pod_stops_it_and_ends_the_run(tmp_path):
+    require_podman()
+    event = ('{"ts":1,"run_id":"x","component":"gate","type":"decision","kind":"destructive",'
+             '"action":"block","tool":"Bash"}')
+    project = make_project(tmp_path / "project", f"echo '{event}' >> \"$MITMCHAOS_EVENTS\"; sleep 60", "true",
+                           extra_abort="  - destructive_attempt\n")
+    before = bridges()
+    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path), ["--backend", "kube"])
+    started = time.monotonic()
+    assert run.finish(timeout=120) == 1, run.stderr
+    assert time.monotonic() - started < 45, "the pod was not stopped"
+    assert "abort: destructive_attempt" in run.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["verdict"] == "aborted" and len(report["repetitions"]) == 1
+    assert leftovers(tmp_path, project, run.run_id(), before) == [] and _no_pods_left(run.run_id()) == []
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_ctrl_c_during_a_pod_leaves_nothing_behind(tmp_path):
+    require_podman()
+    project = make_project(tmp_path / "project", "sleep 60", "true")
+    before = bridges()
+    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path), ["--backend", "kube"])
+    run.wait_for("baseline: agent")
+    run.signal(signal.SIGINT)
+    assert run.finish(timeout=60) == 130, run.stderr
+    assert leftovers(tmp_path, project, run.run_id(), before) == [] and _no_pods_left(run.run_id()) == []
