@@ -271,6 +271,9 @@ class SseAnswer:
 def _jsonrpc_request(request: http.Request) -> dict | None:
     if request.method != "POST" or "json" not in request.headers.get("content-type", ""):
         return None
+    # Model API calls are JSON too and far bigger: skip the parse unless it can be JSON-RPC.
+    if b'"jsonrpc"' not in (request.content or b""):
+        return None
     try:
         message = json.loads(request.get_text() or "")
     except ValueError:
