@@ -49,15 +49,10 @@ class ModelAPI:
 
     async def request(self, flow: http.HTTPFlow) -> None:
         state = self.core.state
-        provider = providers.detect(flow.request.method, flow.request.path)
-        if state is None or provider is None:
+        parsed = providers.model_call(flow.request) if state is not None else None
+        if parsed is None:
             return
-        try:
-            body = json.loads(flow.request.get_text(strict=False) or "")
-        except ValueError:
-            return
-        if not isinstance(body, dict):
-            return
+        provider, body = parsed
         reply = provider.reply_type(on_tool_call=lambda call: self.ledger.call(flow, call))
         retry = flow.request.headers.get("x-stainless-retry-count", "")
         call = Call(provider, provider.parse_request(body), reply, int(retry) if retry.isdigit() else None)

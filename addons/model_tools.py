@@ -105,15 +105,10 @@ class ToolResultFaults:
         # runs after ModelAPI's request hook, whose ledger call decided the faults for new results
         if self.core.state is None or flow.response is not None or not (self.pending or self.rewritten):
             return
-        provider = providers.detect(flow.request.method, flow.request.path)
-        if provider is None:
+        parsed = providers.model_call(flow.request)
+        if parsed is None:
             return
-        try:
-            body = json.loads(flow.request.get_text(strict=False) or "")
-        except ValueError:
-            return
-        if not isinstance(body, dict):
-            return
+        provider, body = parsed
         hits: list[str] = []
 
         def rewrite(call_id: str, text: str) -> tuple[str, bool] | None:

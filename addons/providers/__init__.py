@@ -7,6 +7,8 @@ trims conversations and builds the provider's own error bodies.
 
 from __future__ import annotations
 
+import json
+
 from mitmchaos.addons.providers.anthropic import Anthropic
 from mitmchaos.addons.providers.common import CallRequest, Reply, ToolCall, ToolResult
 from mitmchaos.addons.providers.openai_chat import OpenAIChat
@@ -24,9 +26,22 @@ def detect(method: str, path: str):
     return next((p for p in PROVIDERS if p.matches(path)), None)
 
 
+def model_call(request):
+    """The adapter and JSON body of a model-API request, or None when it is not one."""
+    provider = detect(request.method, request.path)
+    if provider is None:
+        return None
+    try:
+        body = json.loads(request.get_text(strict=False) or "")
+    except ValueError:
+        return None
+    return (provider, body) if isinstance(body, dict) else None
+
+
 __all__ = [
     "PROVIDERS",
     "detect",
+    "model_call",
     "Anthropic",
     "OpenAIChat",
     "OpenAIResponses",
