@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import secrets
 import signal
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -158,4 +159,22 @@ def test_ctrl_c_during_a_pod_leaves_nothing_behind(tmp_path):
     run.wait_for("baseline: agent")
     run.signal(signal.SIGINT)
     assert run.finish(timeout=60) == 130, run.stderr
+    assert leftovers(tmp_path, project, run.run_id(), before) == [] and _no_pods_left(run.run_id()) == []
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_mitmchaos_cleanup_removes_the_pod_of_a_killed_run(tmp_path):
+    require_podman()
+    project = make_project(tmp_path / "project", "sleep 60", "true")
+    before = bridges()
+    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path), ["--backend", "kube"])
+    run.wait_for("baseline: agent")
+    run.signal(signal.SIGKILL)  # no finally runs: the pod, its network, the worktree are left
+    run.finish()
+    try:
+        assert _no_pods_left(run.run_id()) != []
+    finally:
+        swept = subprocess.run(["mitmchaos", "cleanup"], env=run_env(tmp_path), capture_output=True, text=True)
+    assert swept.returncode == 0 and "removed pod" in swept.stdout, swept.stdout + swept.stderr
     assert leftovers(tmp_path, project, run.run_id(), before) == [] and _no_pods_left(run.run_id()) == []
