@@ -331,6 +331,8 @@ def _batch_options(command):
         click.option("--repeat", type=click.IntRange(1, 20), help="Repetitions per phase, overriding the file's."),
         click.option("--sandbox-image", help="Sandbox image (overrides the plans' sandbox_image)."),
         click.option("--keep", is_flag=True, help="Keep each repetition's worktree."),
+        click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Repetitions of a phase run at once, each in its own sandbox."),
         click.option("--scratch", is_flag=True, help="Run in a fresh git project instead of the current one "
                                                      "(for tasks that need nothing from it, like the key-free ones)."),
         click.option("--check", is_flag=True, help="Validate the file and its task plans, list the experiments, "
@@ -343,7 +345,7 @@ def _batch_options(command):
 @main.command()
 @_batch_options
 def suite(path: Path, out: Path | None, repeat: int | None, sandbox_image: str | None, keep: bool,
-          scratch: bool, check: bool) -> None:
+          workers: int, scratch: bool, check: bool) -> None:
     """Run several fault sets (and tasks) against one shared baseline per task; compare them in one table.
 
     Exit code: the highest of the experiments' (0 scored, 1 aborted, 2 invalid or inconclusive).
@@ -352,13 +354,13 @@ def suite(path: Path, out: Path | None, repeat: int | None, sandbox_image: str |
     from mitmchaos.suite import load_suite, run_suite
 
     _batch("suite", path, load_suite, run_suite, write_suite_reports, render_suite_text, out, repeat, sandbox_image,
-           keep, scratch, check)
+           keep, workers, scratch, check)
 
 
 @main.command()
 @_batch_options
 def sweep(path: Path, out: Path | None, repeat: int | None, sandbox_image: str | None, keep: bool,
-          scratch: bool, check: bool) -> None:
+          workers: int, scratch: bool, check: bool) -> None:
     """Sweep one fault parameter over a list of values; draw the resilience curve and its breaking point.
 
     Exit code: the highest of the values' experiments' (0 scored, 1 aborted, 2 invalid or inconclusive).
@@ -367,11 +369,11 @@ def sweep(path: Path, out: Path | None, repeat: int | None, sandbox_image: str |
     from mitmchaos.sweep import load_sweep, run_sweep
 
     _batch("sweep", path, load_sweep, run_sweep, write_sweep_reports, render_sweep_text, out, repeat, sandbox_image,
-           keep, scratch, check)
+           keep, workers, scratch, check)
 
 
 def _batch(command: str, path: Path, load, run, write, render, out: Path | None, repeat: int | None,
-           sandbox_image: str | None, keep: bool, scratch: bool, check: bool) -> None:
+           sandbox_image: str | None, keep: bool, workers: int, scratch: bool, check: bool) -> None:
     """Load a suite or sweep file, run its experiments against one baseline per task, write its reports."""
     from mitmchaos.examples import default_workdir, scratch_project
     from mitmchaos.plan import PlanError
@@ -391,7 +393,7 @@ def _batch(command: str, path: Path, load, run, write, render, out: Path | None,
                        f"{per_phase * (1 + len(task.experiments))} in all")
         return
     out = out or default_report_path(spec, new_run_id())
-    template = RunSettings(path, sandbox_image, None, keep)
+    template = RunSettings(path, sandbox_image, None, keep, workers=workers)
     if scratch:  # the tasks' stand-in paths are absolute, so any clean project will do
         template.cwd = scratch_project(expansions[0].source, default_workdir(spec.name) / "project").parent
     try:
