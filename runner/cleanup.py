@@ -284,11 +284,13 @@ def _ledger_alive(data: dict) -> bool:
 def sweep(force: bool = False) -> list[str]:
     """Undo what runs that are no longer alive left behind; returns what was removed.
 
-    First the ledgers in the state directory; then, by label and comment, whatever any run
-    on this machine left whose owning process is gone (so a run with another state
-    directory, still going, is left alone).
+    First, by label and comment, whatever any run on this machine left whose owning process
+    is gone (so a run with another state directory, still going, is left alone); then the
+    ledgers in the state directory; then helper processes. Labels go first because a run
+    killed between creating a container and writing it to its ledger leaves one that only
+    its label names. Every undo step is idempotent, so an object named by both is fine.
     """
-    removed: list[str] = []
+    removed = _sweep_labelled(force)
     for ledger in sorted(state_dir().glob("*.json")) if state_dir().exists() else []:
         try:
             data = json.loads(ledger.read_text())
@@ -300,7 +302,7 @@ def sweep(force: bool = False) -> list[str]:
             UNDO[entry["kind"]](**entry["args"])
             removed.append(f"{entry['kind']} {entry['args']}")
         ledger.unlink(missing_ok=True)
-    return removed + _sweep_labelled(force) + _sweep_helpers(force)
+    return removed + _sweep_helpers(force)
 
 
 def mark_helpers() -> None:
