@@ -72,19 +72,23 @@ def schema() -> None:
 
 @main.command()
 @click.argument("readme", type=click.Path(exists=True, dir_okay=False, path_type=Path), default="README.md")
-@click.option("--check", is_flag=True, help="Exit 1 if the file is out of date instead of writing it.")
+@click.option("--check", is_flag=True, help="Exit 1 if a file is out of date instead of writing it.")
 def docs(readme: Path, check: bool) -> None:
-    """Regenerate the README's fault catalog and probe reference from the registries."""
-    from mitmchaos.catalog import render_readme
+    """Regenerate the README's fault catalog and probe reference, and the plans' JSON Schema file."""
+    from mitmchaos.catalog import render_readme, shipped_plans_dir
+    from mitmchaos.plan import plan_json_schema
 
-    text = readme.read_text()
-    new = render_readme(text)
+    schema_file = readme.parent / "plans" / "plan.schema.json"
+    if not schema_file.parent.is_dir():
+        schema_file = shipped_plans_dir() / "plan.schema.json"
+    wanted = {readme: render_readme(readme.read_text()), schema_file: json.dumps(plan_json_schema(), indent=2) + "\n"}
+    stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if check:
-        if new != text:
-            click.echo(f"{readme} is out of date: run `mitmchaos docs {readme}`", err=True)
-            sys.exit(1)
-        return
-    readme.write_text(new)
+        for path in stale:
+            click.echo(f"{path} is out of date: run `mitmchaos docs {readme}`", err=True)
+        sys.exit(1 if stale else 0)
+    for path in stale:
+        path.write_text(wanted[path])
 
 
 @main.command()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model,
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, create_model,
                       field_validator, model_validator)
 
 from mitmchaos.addons.faults import REGISTRY as FAULTS
@@ -20,7 +20,7 @@ from mitmchaos.addons.faults import FaultOptions, FaultType
 from mitmchaos.probes import REGISTRY as PROBES
 from mitmchaos.probes import ProbeParams
 
-PLAN_SCHEMA_ID = "https://mitmchaos.dev/schema/plan-v1.json"
+PLAN_SCHEMA_ID = "mitmchaos-plan-v1"  # the schema file ships as plans/plan.schema.json
 
 
 class Strict(BaseModel):
@@ -113,7 +113,16 @@ def _parse_abort(item: Any) -> Any:
     return {"kind": kind, "value": float(value)}
 
 
-AbortItem = Annotated[Abort, BeforeValidator(_parse_abort)]
+def _ceiling_schema(kind: str, unit: str) -> dict:
+    return {"type": "object", "additionalProperties": False, "required": [kind],
+            "properties": {kind: {"type": "number", "exclusiveMinimum": 0, "description": unit}}}
+
+
+# What the YAML holds, not the parsed Abort: editors validate the file as written.
+ABORT_ITEM_SCHEMA = {"anyOf": [{"const": "destructive_attempt"}, _ceiling_schema("cost_usd_above", "USD"),
+                               _ceiling_schema("wall_clock_s_above", "seconds")]}
+
+AbortItem = Annotated[Abort, BeforeValidator(_parse_abort), WithJsonSchema(ABORT_ITEM_SCHEMA)]
 
 
 class Price(Strict):

@@ -112,3 +112,21 @@ def test_missing_file_is_a_problem_not_a_traceback(tmp_path):
     with pytest.raises(PlanError) as exc:
         load_plan(tmp_path / "nope.yaml")
     assert "no such file" in str(exc.value)
+
+
+def test_schema_file_is_current_and_accepts_every_shipped_plan():
+    import json
+
+    import jsonschema
+    import yaml
+
+    from tests.conftest import ROOT
+
+    schema = json.loads((ROOT / "plans" / "plan.schema.json").read_text())
+    assert schema == plan_json_schema()  # `mitmchaos docs` regenerates it
+    validator = jsonschema.Draft202012Validator(schema)
+    for path in shipped_plans():
+        errors = [e.message for e in validator.iter_errors(yaml.safe_load(path.read_text()))]
+        assert errors == [], (path.name, errors)
+    broken = yaml.safe_load(VALID_PLAN.replace("cost_usd_above: 1", "cost_usd_abov: 1"))
+    assert list(validator.iter_errors(broken))
