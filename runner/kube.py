@@ -388,6 +388,8 @@ def _job(plan: Plan, record: RepetitionRecord, index: int, image: str, proxy_ima
     phase = record.phase
     volumes = [
         {"name": "plan", "configMap": {"name": name}},
+        # the sidecars' plan under the name they load, without a subPath
+        {"name": "phase-plan", "configMap": {"name": name, "items": [{"key": f"{phase}.yaml", "path": "plan.yaml"}]}},
         {"name": "ca", "secret": {"secretName": f"{name}-ca"}},
         {"name": "project", "hostPath": {"path": str(project), "type": "Directory"}},
         {"name": "work", "emptyDir": {}},
@@ -400,7 +402,7 @@ def _job(plan: Plan, record: RepetitionRecord, index: int, image: str, proxy_ima
         {"name": "ca", "mountPath": CA_BUNDLE, "subPath": "mitmproxy-ca-cert.pem", "readOnly": True},
     ]
     sidecar_mounts = [
-        {"name": "plan", "mountPath": PLAN, "subPath": f"{phase}.yaml", "readOnly": True},
+        {"name": "phase-plan", "mountPath": str(Path(PLAN).parent), "readOnly": True},
         {"name": "ca", "mountPath": CA_DIR, "readOnly": True},
         {"name": "project", "mountPath": PROJECT, "readOnly": True},
     ]
