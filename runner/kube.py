@@ -59,7 +59,6 @@ CA_DIR = "/mitmchaos/ca"  # the proxy's confdir
 PROJECT = "/mitmchaos/project"  # rendered Jobs: the project, copied into each Pod's workspace
 IMAGE_ADDON = "/opt/mitmchaos/chaos.py"  # the addon script in the proxy image (Containerfile.proxy)
 KEYS_SECRET = "mitmchaos-keys"  # rendered Jobs: provider keys, by variable name, if the plan needs them
-CA_SECRET = "mitmchaos-ca"
 SIDECARS_LOADED_S = 60
 
 # The init container: the agent's uid reaches loopback only, and its DNS goes to the resolver.
