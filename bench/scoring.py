@@ -175,7 +175,7 @@ def events(lines: int, faulted: bool) -> str:
                         "run_id": "bench",
                         "component": "resolver",
                         "type": "dns_query",
-                        "name": "registry.npmjs.org",
+                        "name": "registry.npm-registry.test",
                         "qtype": "A",
                         "rcode": "NOERROR",
                         "faulted": False,

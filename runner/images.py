@@ -128,7 +128,7 @@ def _build_ours(tag: str) -> None:
 
 
 def ensure_base(suite: str = SUITE) -> str:
-    registry_base, local_base = f"docker.io/library/debian:{suite}-slim", f"localhost/mitmchaos/base:{suite}"
+    registry_base, local_base = f"debian:{suite}-slim", f"localhost/mitmchaos/base:{suite}"
     if image_exists(registry_base):
         return registry_base
     if os.environ.get("MITMCHAOS_PULL_BASE") == "1":
