@@ -20,7 +20,7 @@ from pathlib import Path
 from podman import PodmanClient
 from podman.errors import APIError, NotFound
 
-from mitmchaos.cleanup import CleanupStack, signals_deferred, spawn
+from mitmchaos.cleanup import CleanupStack, resource_labels, signals_deferred, spawn
 
 SYSTEM_SOCKET = "unix:///run/podman/podman.sock"
 SANDBOX_UID = 1000
@@ -72,7 +72,9 @@ def read_image_file(client: PodmanClient, image: str, path: str) -> bytes | None
 
     Also the preflight proof that containers start here at all: the API answering is not enough.
     """
-    spec = ContainerSpec(image=image, command=["cat", path], name=None, network="none")
+    # Labelled like a run's own containers, so `mitmchaos cleanup` finds it if the run is killed meanwhile.
+    spec = ContainerSpec(image=image, command=["cat", path], name=None, network="none",
+                         labels=resource_labels("read-image-file"))
     result = run_container(client, spec, stack=None)
     return result.stdout if result.exit_code == 0 else None
 
