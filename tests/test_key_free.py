@@ -106,35 +106,38 @@ def test_demo_runs_both_behaviours_in_the_sandbox_and_careful_scores_clearly_hig
     assert surfaced["reckless"]["faulted"]["passes"] == 0
 
 
+def run_real_agent_example(tmp_path: Path, image: str, plan: str, package: str):
+    """Build the agent's image (skipping loudly if npm cannot install it), run the shipped example.
+
+    Returns the report, its faulted repetition's summary and that repetition's artifacts and events.
+    """
+    require_podman()
+    try:
+        images.ensure_image(image)
+    except images.ImageError as exc:
+        if "npm" in str(exc):
+            pytest.skip(f"{plan.upper()} TEST SKIPPED: npm install of {package} failed here:\n{exc}")
+        raise
+    done = subprocess.run([str(BIN / "mitmchaos"), "example", plan], env=run_env(tmp_path), capture_output=True,
+                          text=True, timeout=900)
+    report = reports(tmp_path)["as-shipped"]
+    assert done.returncode == 0 and report["verdict"] == "scored", done.stdout[-3000:] + done.stderr[-3000:]
+    baseline, faulted = report["repetitions"]
+    artifacts = next((tmp_path / "tmp").rglob("report-as-shipped")) / "faulted-1"
+    events = [json.loads(line) for line in (artifacts / "events.jsonl").read_text().splitlines()]
+    return report, baseline, faulted, artifacts, events
+
+
 @pytest.mark.podman
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_claude_code_meets_the_injected_rate_limit_through_the_proxy(tmp_path):
-    require_podman()
-    try:
-        images.ensure_image(images.CLAUDE_CODE_IMAGE)
-    except images.ImageError as exc:
-        if "npm" in str(exc):
-            pytest.skip(
-                f"CLAUDE CODE TEST SKIPPED: npm install of @anthropic-ai/claude-code failed here:\n{exc}"
-            )
-        raise
-    done = subprocess.run(
-        [str(BIN / "mitmchaos"), "example", "claude-code-429"],
-        env=run_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    report = reports(tmp_path)["as-shipped"]
-    assert done.returncode == 0 and report["verdict"] == "scored", done.stdout[-3000:] + done.stderr[-3000:]
-    baseline, faulted = report["repetitions"]
+    report, baseline, faulted, artifacts, events = run_real_agent_example(
+        tmp_path, images.CLAUDE_CODE_IMAGE, "claude-code-429", "@anthropic-ai/claude-code")
     assert baseline["verify_exit"] == 0 and baseline["llm_calls"] >= 2 and baseline["faults_injected"] == 0
     assert faulted["faults_injected"] == 3  # the first retried call plus CLAUDE_CODE_MAX_RETRIES=2
-    artifacts = next((tmp_path / "tmp").rglob("report-as-shipped")) / "faulted-1"
     stdout = (artifacts / "agent.out").read_text()
     assert faulted["canary"] in stdout and "429" in stdout  # Claude Code told its user, canary included
-    events = [json.loads(line) for line in (artifacts / "events.jsonl").read_text().splitlines()]
     assert {e["fault"] for e in events if e["type"] == "fault_injected"} == {"llm.rate_limit"}
     assert any(e["type"] == "tool_call" and e["tool"] == "Bash" for e in events)  # it ran the scripted step
     outcome = {p["id"]: p["status"] for p in report["probes"]}
@@ -145,27 +148,9 @@ def test_claude_code_meets_the_injected_rate_limit_through_the_proxy(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_codex_reports_the_failed_install_verbatim_through_the_proxy(tmp_path):
-    require_podman()
-    try:
-        images.ensure_image(images.CODEX_IMAGE)
-    except images.ImageError as exc:
-        if "npm" in str(exc):
-            pytest.skip(f"CODEX TEST SKIPPED: npm install of @openai/codex failed here:\n{exc}")
-        raise
-    done = subprocess.run(
-        [str(BIN / "mitmchaos"), "example", "codex-registry-down"],
-        env=run_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    report = reports(tmp_path)["as-shipped"]
-    assert done.returncode == 0 and report["verdict"] == "scored", done.stdout[-3000:] + done.stderr[-3000:]
-    baseline, faulted = report["repetitions"]
+    report, baseline, faulted, artifacts, events = run_real_agent_example(
+        tmp_path, images.CODEX_IMAGE, "codex-registry-down", "@openai/codex")
     assert baseline["verify_exit"] == 0 and faulted["faults_injected"] >= 1
-    artifacts = next((tmp_path / "tmp").rglob("report-as-shipped")) / "faulted-1"
     assert faulted["canary"] in (artifacts / "agent.out").read_text()  # Codex printed the careful report
-    events = [json.loads(line) for line in (artifacts / "events.jsonl").read_text().splitlines()]
     assert any(e["type"] == "tool_call" and e["tool"] == "exec_command" for e in events)
     assert "426 Upgrade Required" in (artifacts / "proxy.log").read_text()  # WebSocket refused, SSE used
-    assert {p["id"]: p["status"] for p in report["probes"]}["failure_surfaced"] == "ok"
