@@ -82,12 +82,9 @@ def _repair(messages: list[dict]) -> list[dict]:
     return [m for m in messages if m.get("role") != "tool" or m.get("tool_call_id") in calls]
 
 
-class OpenAIChat:
+class OpenAIChat(openai_common.OpenAIFamily):
     name = "openai-chat"
-    family = "openai"
     reply_type = ChatReply
-    error = staticmethod(openai_common.error)
-    rate_limit_headers = staticmethod(openai_common.rate_limit_headers)
 
     @staticmethod
     def matches(path: str) -> bool:

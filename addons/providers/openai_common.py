@@ -49,3 +49,11 @@ def usage(usage: dict | None, input_key: str, output_key: str, details_key: str)
         "cache_read_tokens": cached,
         "cache_write_tokens": 0,
     }
+
+
+class OpenAIFamily:
+    """What Chat Completions and Responses share: OpenAI's error bodies and rate-limit headers."""
+
+    family = "openai"
+    error = staticmethod(error)
+    rate_limit_headers = staticmethod(rate_limit_headers)

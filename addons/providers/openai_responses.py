@@ -73,12 +73,9 @@ def _repair(items: list[dict]) -> list[dict]:
     return [i for i in items if i.get("type") not in RESULT_ITEMS or i.get("call_id") in calls]
 
 
-class OpenAIResponses:
+class OpenAIResponses(openai_common.OpenAIFamily):
     name = "openai-responses"
-    family = "openai"
     reply_type = ResponsesReply
-    error = staticmethod(openai_common.error)
-    rate_limit_headers = staticmethod(openai_common.rate_limit_headers)
 
     @staticmethod
     def matches(path: str) -> bool:
