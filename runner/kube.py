@@ -200,10 +200,7 @@ class KubeRepetition(Repetition):
 
     def _run(self) -> None:
         s, rec = self.s, self.record
-        s.progress.repetition(self.number, self.phase, rec.run_id)
-        s.progress.phase("setting up")
-        plan_file = self._effective_plan()
-        worktree = self._workspace()
+        plan_file, worktree = self._begin()
         self.state.chmod(0o1777)  # the sidecars' uid and the agent's both write here
         self.events_path.chmod(0o666)
         ca = self.scratch / "ca"

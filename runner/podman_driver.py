@@ -122,9 +122,9 @@ def run_container(client: PodmanClient, spec: ContainerSpec, stack: CleanupStack
     try:
         try:
             container.start()
-        except APIError as exc:
+            container.reload()
+        except APIError as exc:  # NotFound included: seen once, a container gone between start and reload
             raise SandboxError(f"the sandbox container did not start: {exc}") from exc
-        container.reload()
         if container.attrs["State"].get("Error"):
             raise SandboxError(f"the sandbox container did not start: {container.attrs['State']['Error']}")
         stdout, stderr = bytearray(), bytearray()

@@ -288,12 +288,15 @@ class Repetition:
                     self.stack.close()
         return self.record
 
+    def _begin(self) -> tuple[Path, Path]:
+        """Announce the repetition; its plan file and workspace (what every backend starts from)."""
+        self.s.progress.repetition(self.number, self.phase, self.record.run_id)
+        self.s.progress.phase("setting up")
+        return self._effective_plan(), self._workspace()
+
     def _run(self) -> None:
         s, rec = self.s, self.record
-        s.progress.repetition(self.number, self.phase, rec.run_id)
-        s.progress.phase("setting up")
-        plan_file = self._effective_plan()
-        worktree = self._workspace()
+        plan_file, worktree = self._begin()
         net = create_network(s.client, f"mitmchaos-{rec.run_id}", rec.run_id, self.stack)
         proxy_port = free_port(net.gateway)
         apply_firewall(net, proxy_port, rec.run_id, self.stack)
