@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mitmchaos import images
-from tests.conftest import BIN, ROOT, cli_env
-from tests.sandboxed import require_podman
+from tests.conftest import BIN, ROOT
+from tests.sandboxed import require_podman, run_env
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -26,7 +26,7 @@ def run_batch(command: str, file: str, out: Path) -> subprocess.CompletedProcess
         [str(BIN / "mitmchaos"), command, "--scratch", "--repeat", "1", "--out", str(out), str(ROOT / file)],
         capture_output=True,
         text=True,
-        env=cli_env(),
+        env=run_env(out.parent),  # scratch projects and state under the test's own directory
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
