@@ -84,6 +84,15 @@ def run_env(tmp: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def start_run(tmp_path: Path, agent: str, verify: str = "grep -q hello result.txt", extra_abort: str = "",
+              files=None, extra_args=(), **env) -> tuple[RunProcess, Path, set[str]]:
+    """A project for ``agent`` and ``mitmchaos run`` started on it; the bridges there were before, for leftovers."""
+    project = make_project(tmp_path / "project", agent, verify, extra_abort, files)
+    before = bridges()
+    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path, **env), extra_args)
+    return run, project, before
+
+
 class RunProcess:
     """``mitmchaos run`` as a subprocess, its stderr followed line by line."""
 

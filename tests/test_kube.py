@@ -22,7 +22,9 @@ from mitmchaos.rundir import load_run
 from mitmchaos.scoring import score
 from mitmchaos.scripted_model import SCRIPTED_MODEL_KEY
 
-from tests.sandboxed import SITE_TEXT, RunProcess, bridges, leftovers, make_project, require_podman, run_env
+from tests.sandboxed import SITE_TEXT, leftovers, require_podman, run_env, start_run
+
+KUBE = ["--backend", "kube"]
 
 K8S_VERSION = "1.30.0"  # the oldest still maintained upstream; the schemas ship with the package
 
@@ -106,9 +108,7 @@ def test_a_run_through_podman_kube_play_is_scored_and_its_agent_confined(tmp_pat
              "curl -sS -m 5 --noproxy '*' http://$gw:9/; echo \"direct-gateway rc=$?\"; "
              "curl -sS -m 5 --noproxy '*' https://docs.example.test/; echo \"direct-name rc=$?\"; "
              "getent ahostsv4 docs.example.test | head -1")
-    project = make_project(tmp_path / "project", agent, "grep -q hello result.txt")
-    before = bridges()
-    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path), ["--backend", "kube"])
+    run, project, before = start_run(tmp_path, agent, extra_args=KUBE)
     assert run.finish(timeout=400) == 0, run.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["verdict"] == "scored"
@@ -136,10 +136,8 @@ def test_a_destructive_attempt_in_a_pod_stops_it_and_ends_the_run(tmp_path):
     require_podman()
     event = ('{"ts":1,"run_id":"x","component":"gate","type":"decision","kind":"destructive",'
              '"action":"block","tool":"Bash"}')
-    project = make_project(tmp_path / "project", f"echo '{event}' >> \"$MITMCHAOS_EVENTS\"; sleep 60", "true",
-                           extra_abort="  - destructive_attempt\n")
-    before = bridges()
-    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path), ["--backend", "kube"])
+    run, project, before = start_run(tmp_path, f"echo '{event}' >> \"$MITMCHAOS_EVENTS\"; sleep 60", "true",
+                                     extra_abort="  - destructive_attempt\n", extra_args=KUBE)
     started = time.monotonic()
     assert run.finish(timeout=120) == 1, run.stderr
     assert time.monotonic() - started < 45, "the pod was not stopped"
@@ -153,9 +151,7 @@ def test_a_destructive_attempt_in_a_pod_stops_it_and_ends_the_run(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_during_a_pod_leaves_nothing_behind(tmp_path):
     require_podman()
-    project = make_project(tmp_path / "project", "sleep 60", "true")
-    before = bridges()
-    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path), ["--backend", "kube"])
+    run, project, before = start_run(tmp_path, "sleep 60", "true", extra_args=KUBE)
     run.wait_for("baseline: agent")
     run.signal(signal.SIGINT)
     assert run.finish(timeout=60) == 130, run.stderr
@@ -166,9 +162,7 @@ def test_ctrl_c_during_a_pod_leaves_nothing_behind(tmp_path):
 @pytest.mark.slow
 def test_mitmchaos_cleanup_removes_the_pod_of_a_killed_run(tmp_path):
     require_podman()
-    project = make_project(tmp_path / "project", "sleep 60", "true")
-    before = bridges()
-    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path), ["--backend", "kube"])
+    run, project, before = start_run(tmp_path, "sleep 60", "true", extra_args=KUBE)
     run.wait_for("baseline: agent")
     run.signal(signal.SIGKILL)  # no finally runs: the pod, its network, the worktree are left
     run.finish()

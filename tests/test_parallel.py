@@ -14,7 +14,7 @@ from mitmchaos import images
 from mitmchaos.examples import find_plan, scratch_project
 from mitmchaos.network import chain_name
 
-from tests.sandboxed import PLAN, RunProcess, bridges, leftovers, make_project, require_podman, run_env
+from tests.sandboxed import PLAN, RunProcess, bridges, leftovers, require_podman, run_env, start_run
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -79,10 +79,11 @@ def _as_plan_yaml(plan: Path) -> Path:
     return plan.parent
 
 
-def _two_rep_project(tmp_path: Path, agent: str) -> Path:
+def _start_two_workers(tmp_path: Path, agent: str):
+    """Two repetitions per phase (with a destructive_attempt abort), run by two workers."""
     plan = PLAN.format(agent=json.dumps(agent), verify='"true"', extra_abort="  - destructive_attempt\n")
-    return make_project(tmp_path / "project", agent, "true",
-                        files={"plan.yaml": plan.replace("repeat: 1", "repeat: 2")})
+    return start_run(tmp_path, agent, "true", files={"plan.yaml": plan.replace("repeat: 1", "repeat: 2")},
+                     extra_args=["--workers", "2"])
 
 
 def test_a_destructive_attempt_in_one_worker_stops_the_other_promptly(tmp_path):
@@ -91,9 +92,7 @@ def test_a_destructive_attempt_in_one_worker_stops_the_other_promptly(tmp_path):
              '"action":"block","tool":"Bash"}')
     agent = (f'if [ "$MITMCHAOS_REPETITION" = 1 ]; then sleep 2; echo \'{event}\' >> "$MITMCHAOS_EVENTS"; fi; '
              'sleep 60')
-    project = _two_rep_project(tmp_path, agent)
-    before = bridges()
-    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path), ["--workers", "2"])
+    run, project, before = _start_two_workers(tmp_path, agent)
     started = time.monotonic()
     assert run.finish(timeout=120) == 1, run.stderr  # aborted
     assert time.monotonic() - started < 45, "the other worker was not stopped"
@@ -108,9 +107,7 @@ def test_a_destructive_attempt_in_one_worker_stops_the_other_promptly(tmp_path):
 
 
 def test_ctrl_c_with_two_workers_leaves_nothing_behind(tmp_path):
-    project = _two_rep_project(tmp_path, "sleep 60")
-    before = bridges()
-    run = RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path), ["--workers", "2"])
+    run, project, before = _start_two_workers(tmp_path, "sleep 60")
     for worker in (1, 2):
         run.wait_for(f"worker {worker}: agent")
     run.signal(signal.SIGINT)

@@ -15,7 +15,8 @@ import pytest
 
 from mitmchaos import images
 from mitmchaos.cleanup import RUN_LABEL, labelled
-from tests.sandboxed import (SITE_TEXT, RunProcess, bridges, leftovers, make_project, require_podman, run_env)
+from tests.sandboxed import (SITE_TEXT, RunProcess, bridges, leftovers, make_project, require_podman, run_env,
+                             start_run)
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -24,13 +25,6 @@ pytestmark = [pytest.mark.podman, pytest.mark.slow]
 def sandbox_image():
     require_podman()
     images.ensure_image(images.default_image())
-
-
-def start_run(tmp_path: Path, agent: str, verify: str = "grep -q hello result.txt", extra_abort: str = "",
-              files=None, **env) -> tuple[RunProcess, Path, set[str]]:
-    project = make_project(tmp_path / "project", agent, verify, extra_abort, files)
-    before = bridges()
-    return RunProcess(project, tmp_path, tmp_path / "report.json", run_env(tmp_path, **env)), project, before
 
 
 def assert_clean(tmp_path: Path, project: Path, run: RunProcess, before: set[str]) -> None:
