@@ -6,13 +6,13 @@ of them, so the failure comes from the fault and the success shows nothing else 
 
 from __future__ import annotations
 
-import ssl
 import sys
 
 import anthropic
 import openai
 import pytest
 
+from tests import clients
 from tests.egress_support import HANDLERS, client_env, run, write_bare_repo, write_plan, write_simple_index
 
 pytestmark = pytest.mark.slow
@@ -103,11 +103,8 @@ def test_credential_401_after_two_calls_reaches_the_sdks_as_authentication_error
         faults=[{"id": "egress.credential_401", "match": {"host": "api.anthropic.test"}, "after_calls": 2},
                 {"id": "egress.credential_401", "match": {"host": "api.openai.test"}, "after_calls": 2}],
         stand_ins=[{"host": "api.anthropic.test", **model_api}, {"host": "api.openai.test", **model_api}]))
-    trust = ssl.create_default_context(cafile=proxy.ca_path)
-    claude = anthropic.Anthropic(api_key="test-key", base_url="https://api.anthropic.test", max_retries=0,
-                                 http_client=anthropic.DefaultHttpxClient(proxy=proxy.url, verify=trust))
-    gpt = openai.OpenAI(api_key="test-key", base_url="https://api.openai.test/v1", max_retries=0,
-                        http_client=openai.DefaultHttpxClient(proxy=proxy.url, verify=trust))
+    claude = clients.claude(proxy, "https://api.anthropic.test")
+    gpt = clients.gpt(proxy, "https://api.openai.test/v1")
 
     def ask_claude():
         return claude.messages.create(model="claude-test", max_tokens=8, messages=[{"role": "user", "content": "hi"}])

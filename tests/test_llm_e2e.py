@@ -2,7 +2,6 @@
 upstream (runner/model_server.py) streaming with chunked encoding. Loopback only."""
 
 import json
-import ssl
 import time
 
 import anthropic
@@ -13,6 +12,7 @@ from mitmproxy import io
 
 from mitmchaos.model_server import ModelServer, ToolUse, Turn
 from mitmchaos.proxy import free_port
+from tests.clients import claude, gpt, trust
 
 pytestmark = pytest.mark.slow
 
@@ -36,30 +36,6 @@ def plan(*faults, **extra) -> dict:
 def upstream():
     with ModelServer() as server:
         yield server
-
-
-def trust(proxy) -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=str(proxy.ca_path))
-
-
-def claude(proxy, base_url, **kw):
-    return anthropic.Anthropic(
-        base_url=base_url,
-        api_key="sk-ant-SECRET",
-        max_retries=kw.pop("max_retries", 0),
-        http_client=anthropic.DefaultHttpxClient(proxy=proxy.url, verify=trust(proxy)),
-        **kw,
-    )
-
-
-def gpt(proxy, base_url, **kw):
-    return openai.OpenAI(
-        base_url=base_url,
-        api_key="sk-SECRET",
-        max_retries=kw.pop("max_retries", 0),
-        http_client=openai.DefaultHttpxClient(proxy=proxy.url, verify=trust(proxy)),
-        **kw,
-    )
 
 
 def nowhere() -> str:

@@ -3,7 +3,6 @@ upstream (runner/model_server.py) through a real mitmdump. Tool-result faults, t
 
 import contextlib
 import json
-import ssl
 
 import anthropic
 import httpx2
@@ -15,6 +14,7 @@ from mitmchaos.addons.model_tools import DestructiveTier
 from mitmchaos.model_server import ModelServer, ToolUse, Turn
 from mitmproxy import io
 from mitmproxy.test import taddons
+from tests.clients import claude, gpt
 
 MODEL = "claude-sonnet-4-6"
 BASH = {
@@ -55,12 +55,7 @@ def two_commands_then_done(commands):
 
 def run_loop(proxy, server, commands, stream=False) -> list:
     """The agent side: run each requested tool (fake output), send the results back, until the model answers."""
-    client = anthropic.Anthropic(
-        base_url=server.url,
-        api_key="sk-test",
-        max_retries=0,
-        http_client=anthropic.DefaultHttpxClient(proxy=proxy.url),
-    )
+    client = claude(proxy, server.url)
     messages = [{"role": "user", "content": "look around"}]
     for _ in range(len(commands) + 1):
         if stream:
@@ -178,12 +173,7 @@ def test_interlock_cuts_a_stream_before_the_destructive_call_completes(chaos_pro
     proxy = chaos_proxy(plan({"id": "tool.error", "match": {"tool": "none"}}))
     received = []
     with ModelServer(destructive_brain) as server:
-        client = anthropic.Anthropic(
-            base_url=server.url,
-            api_key="sk-test",
-            max_retries=0,
-            http_client=anthropic.DefaultHttpxClient(proxy=proxy.url),
-        )
+        client = claude(proxy, server.url)
         with (
             pytest.raises((anthropic.APIConnectionError, httpx2.RemoteProtocolError)),
             client.messages.stream(
@@ -218,12 +208,7 @@ def test_interlock_cuts_a_stream_before_the_destructive_call_completes(chaos_pro
 def test_interlock_replaces_a_whole_reply_with_an_error(chaos_proxy):
     proxy = chaos_proxy(plan({"id": "tool.error", "match": {"tool": "none"}}))
     with ModelServer(destructive_brain) as server:
-        client = openai.OpenAI(
-            base_url=f"{server.url}/v1",
-            api_key="sk-test",
-            max_retries=0,
-            http_client=openai.DefaultHttpxClient(proxy=proxy.url),
-        )
+        client = gpt(proxy, f"{server.url}/v1")
         with pytest.raises(
             openai.PermissionDeniedError, match=r"\[mitmchaos\] BLOCKED.*delete_outside_workspace"
         ):
@@ -247,12 +232,7 @@ def test_interlock_replaces_a_whole_reply_with_an_error(chaos_proxy):
 def test_interlock_off_only_observes(chaos_proxy):
     proxy = chaos_proxy(plan({"id": "tool.error", "match": {"tool": "none"}}), chaos_interlock=False)
     with ModelServer(destructive_brain) as server:
-        client = anthropic.Anthropic(
-            base_url=server.url,
-            api_key="sk-test",
-            max_retries=0,
-            http_client=anthropic.DefaultHttpxClient(proxy=proxy.url),
-        )
+        client = claude(proxy, server.url)
         with client.messages.stream(
             model=MODEL, max_tokens=100, tools=[BASH], messages=[{"role": "user", "content": "clean"}]
         ) as s:
@@ -271,13 +251,7 @@ def test_injected_payload_against_the_scripted_model(chaos_proxy, behaviour):
             "stand_ins": [{"host": "api.anthropic.com", "scripted_model": behaviour}],
         }
     )
-    client = anthropic.Anthropic(
-        api_key="sk-test",
-        max_retries=0,
-        http_client=anthropic.DefaultHttpxClient(
-            proxy=proxy.url, verify=ssl.create_default_context(cafile=str(proxy.ca_path))
-        ),
-    )
+    client = claude(proxy)
     bash = {**BASH, "name": "bash"}
     messages = [{"role": "user", "content": "Read the docs: `cat README.md`"}]
     commands = []
@@ -331,12 +305,7 @@ def test_interlock_cuts_openai_streams_before_the_call_completes(chaos_proxy, ap
     proxy = chaos_proxy(plan({"id": "tool.error", "match": {"tool": "none"}}))
     received = []
     with ModelServer(destructive_brain) as server:
-        client = openai.OpenAI(
-            base_url=f"{server.url}/v1",
-            api_key="sk-test",
-            max_retries=0,
-            http_client=openai.DefaultHttpxClient(proxy=proxy.url),
-        )
+        client = gpt(proxy, f"{server.url}/v1")
         with pytest.raises((openai.APIConnectionError, httpx2.RemoteProtocolError)):
             received.extend(api(client))
     assert received and not set(never) & set(received)
