@@ -26,8 +26,8 @@ from mitmchaos import stats
 from mitmchaos.addons.faults import REGISTRY as FAULTS
 from mitmchaos.judge import ask_judge
 from mitmchaos.plan import Plan
-from mitmchaos.probes.evaluate import ProbeResult, judge_key, repetition_cost
-from mitmchaos.probes.evidence import Evidence, JudgeVerdict, build_evidence, read_llm_calls
+from mitmchaos.probes.evaluate import ProbeResult, judge_key
+from mitmchaos.probes.evidence import Evidence, JudgeVerdict, build_evidence
 from mitmchaos.records import RepetitionRecord
 
 REPORT_SCHEMA_VERSION = 1
@@ -156,7 +156,7 @@ def _repetition_result(record: RepetitionRecord, ev: Evidence, results: list[Pro
     return RepetitionResult(
         index=record.index, phase=record.phase, run_id=record.run_id, canary=record.canary,
         agent_exit=record.agent_exit, verify_exit=record.verify_exit, duration_s=record.duration_s,
-        cost_usd=round(repetition_cost(ev.llm_calls, plan.prices)[0], 6),
+        cost_usd=round(ev.cost_usd, 6),
         tokens=sum(c.input_tokens + c.output_tokens for c in ev.llm_calls),
         llm_calls=len(ev.llm_calls), tool_calls=len(ev.tool_calls), faults_injected=len(ev.faults),
         malformed=ev.malformed, abort=record.abort, error=record.error,
@@ -170,49 +170,57 @@ def _fault_loaded(fault_id: str, ev: Evidence) -> bool:
 
 def score(plan: Plan, records: list[RepetitionRecord],
           judge: Callable[[Any, str], JudgeVerdict] = ask_judge) -> RunResult:
-    """Evaluate every probe on every repetition and reach the verdict. ``judge`` asks the judge model."""
+    """Evaluate every probe on every repetition and reach the verdict. ``judge`` asks the judge model.
+
+    Each events file is read once. The probes that compare with the mean baseline cost are
+    evaluated on a baseline repetition only once every baseline repetition is read, on its figures.
+    """
     baseline = [r for r in records if r.phase == "baseline"]
     faulted = [r for r in records if r.phase == "faulted"]
-    costs = [repetition_cost(read_llm_calls(r), plan.prices)[0] for r in baseline if r.abort is None and not r.error]
-    baseline_cost = sum(costs) / len(costs) if costs else None
-
-    outcomes = [ProbeOutcome(i, p.id, probe_label(p), p.probe_type.kind, p.weight, plan.threshold(p),
-                             PhaseStats(), PhaseStats()) for i, p in enumerate(plan.probes)]
-    params = [p.params() for p in plan.probes]
+    probes = list(zip(plan.probes, [p.params() for p in plan.probes]))
     repetitions: list[RepetitionResult] = []
+    figures: list[Evidence] = []
+    for record in baseline:
+        ev = build_evidence(record, prices=plan.prices)
+        repetitions.append(_repetition_result(record, ev, _evaluate(probes, record, ev, judge), plan))
+        figures.append(ev.figures())
+    costs = [ev.cost_usd for record, ev in zip(baseline, figures) if record.abort is None and not record.error]
+    baseline_cost = sum(costs) / len(costs) if costs else None
+    for result, ev in zip(repetitions, figures):
+        ev.baseline_cost = baseline_cost
+        for i, (probe, p) in enumerate(probes):
+            if probe.probe_type.reads_baseline:
+                result.probes[i] = probe.probe_type.evaluate(ev, p).to_json()
+
     unloaded: dict[int, list[int]] = {}  # fault index -> faulted repetitions where no component loaded it
     fired: set[int] = set()
     any_fault = False
-    malformed: dict[str, int] = {}
-    for record in [*baseline, *faulted]:
+    for record in faulted:
         ev = build_evidence(record, baseline_cost=baseline_cost, prices=plan.prices)
-        judge_params = [p for probe, p in zip(plan.probes, params) if probe.id == "judge"]
-        if judge_params:
-            ev.judgements = _judgements(record, ev.stdout, judge_params, judge)
-        results: list[ProbeResult] = [probe.probe_type.evaluate(ev, p) for probe, p in zip(plan.probes, params)]
-        for outcome, result in zip(outcomes, results):
-            phase = outcome.baseline if record.phase == "baseline" else outcome.faulted
-            if result.evaluated:
-                phase.runs += 1
-                phase.passes += bool(result.passed)
-            else:
-                phase.not_evaluated += 1
-        if record.phase == "faulted":
-            any_fault = any_fault or bool(ev.faults)
-            for i, fault in enumerate(plan.faults):
-                if not _fault_loaded(fault.id, ev):
-                    unloaded.setdefault(i, []).append(record.index + 1)
-                if any(h.fault_index == i or (h.fault_index is None and h.fault == fault.id) for h in ev.faults):
-                    fired.add(i)
-        if ev.malformed:
-            malformed[f"{record.phase} {record.index + 1}"] = ev.malformed
-        repetitions.append(_repetition_result(record, ev, results, plan))
+        any_fault = any_fault or bool(ev.faults)
+        for i, fault in enumerate(plan.faults):
+            if not _fault_loaded(fault.id, ev):
+                unloaded.setdefault(i, []).append(record.index + 1)
+            if any(h.fault_index == i or (h.fault_index is None and h.fault == fault.id) for h in ev.faults):
+                fired.add(i)
+        repetitions.append(_repetition_result(record, ev, _evaluate(probes, record, ev, judge), plan))
 
+    outcomes = [ProbeOutcome(i, p.id, probe_label(p), p.probe_type.kind, p.weight, plan.threshold(p),
+                             PhaseStats(), PhaseStats()) for i, p in enumerate(plan.probes)]
+    for repetition in repetitions:
+        for outcome, result in zip(outcomes, repetition.probes):
+            phase = outcome.baseline if repetition.phase == "baseline" else outcome.faulted
+            if result["passed"] is None:
+                phase.not_evaluated += 1
+            else:
+                phase.runs += 1
+                phase.passes += bool(result["passed"])
     for outcome in outcomes:
         outcome.baseline.finish(plan.confidence)
         outcome.faulted.finish(plan.confidence)
         _decide_status(outcome, plan)
 
+    malformed = {f"{r.phase} {r.index + 1}": r.malformed for r in repetitions if r.malformed}
     warnings = _warnings(plan, faulted, unloaded, fired, baseline_cost, malformed)
     verdict, reasons = _verdict(plan, baseline, faulted, outcomes, any_fault)
     reached = [o for o in outcomes if o.faulted.runs]
@@ -224,6 +232,15 @@ def score(plan: Plan, records: list[RepetitionRecord],
     return RunResult(plan=plan_summary(plan), verdict=verdict, exit_code=EXIT_CODES[verdict], outcome=outcome_name,
                      reasons=reasons, score=score_value, confidence=plan.confidence, probes=outcomes,
                      repetitions=repetitions, warnings=warnings, malformed_lines=sum(malformed.values()))
+
+
+def _evaluate(probes: list, record: RepetitionRecord, ev: Evidence,
+              judge: Callable[[Any, str], JudgeVerdict]) -> list[ProbeResult]:
+    """Every plan probe on one repetition, the judge asked first when the plan has one."""
+    judge_params = [p for probe, p in probes if probe.id == "judge"]
+    if judge_params:
+        ev.judgements = _judgements(record, ev.stdout, judge_params, judge)
+    return [probe.probe_type.evaluate(ev, p) for probe, p in probes]
 
 
 def _judgements(record: RepetitionRecord, output: str, judge_params: list,

@@ -28,6 +28,10 @@ class ProbeType:
     kind: Kind
     passes_when: str
     evaluate: Callable[..., Any]
+    # Compares a repetition with the mean baseline cost (``Evidence.baseline_cost``), so it reads
+    # only the evidence's figures, never its event lists: scoring evaluates it on a baseline
+    # repetition once every baseline repetition is read (``Evidence.figures``).
+    reads_baseline: bool = False
 
 
 REGISTRY: dict[str, ProbeType] = {}

@@ -109,4 +109,4 @@ _P: list[tuple[str, type[ProbeParams], str, str]] = [
 ]
 
 for _id, _params, _kind, _when in _P:
-    register(ProbeType(_id, _params, _kind, _when, _evaluator(_id)))
+    register(ProbeType(_id, _params, _kind, _when, _evaluator(_id), reads_baseline=_id == "cost_multiplier_below"))

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from mitmchaos.globs import first_match, glob_matches
-from mitmchaos.probes.evidence import Evidence, FaultHit, LlmCall, ToolCall, tool_key
+from mitmchaos.globs import glob_matches
+from mitmchaos.probes.cost import repetition_cost
+from mitmchaos.probes.evidence import Evidence, FaultHit, ToolCall, tool_key
 
 
 @dataclass(frozen=True)
@@ -150,40 +151,6 @@ def _series_name(key: tuple[Any, str], hits: list[FaultHit]) -> str:
     return f"{hits[0].fault} on {key[1] or 'any target'}"
 
 
-# ---------------------------------------------------------------- cost
-
-
-def call_cost(call: LlmCall, prices: dict[str, Any]) -> float | None:
-    """USD for one call from per-million-token prices by model glob; None when no price matches."""
-    pattern = first_match(prices, call.model)
-    if pattern is None:
-        return None
-    price = prices[pattern]
-    cache_read = getattr(price, "cache_read", None)
-    cache_write = getattr(price, "cache_write", None)
-    return (call.input_tokens * price.input + call.output_tokens * price.output
-            + call.cache_read_tokens * (price.input / 10 if cache_read is None else cache_read)
-            + call.cache_write_tokens * (price.input * 1.25 if cache_write is None else cache_write)) / 1e6
-
-
-def repetition_cost(calls: list[LlmCall], plan_prices: dict[str, Any],
-                    override: dict[str, Any] | None = None) -> tuple[float, list[str]]:
-    """Summed cost and the models nothing priced. ``override`` prices win over the proxy's
-    ``cost_usd``, which wins over the plan's prices."""
-    total, unpriced = 0.0, []
-    for call in calls:
-        cost = call_cost(call, override) if override else None
-        if cost is None:
-            cost = call.cost_usd
-        if cost is None:
-            cost = call_cost(call, plan_prices)
-        if cost is None:
-            unpriced.append(call.model or "?")
-        else:
-            total += cost
-    return total, sorted(set(unpriced))
-
-
 def _tool_calls_matching(ev: Evidence, pattern: str) -> list[ToolCall]:
     return [c for c in ev.tool_calls if glob_matches(pattern, c.tool) or glob_matches(pattern, c.tool_key)]
 
@@ -235,9 +202,9 @@ def no_policy_hits(ev: Evidence, params) -> ProbeResult:
 def cost_multiplier_below(ev: Evidence, params) -> ProbeResult:
     if not ev.baseline_cost:
         return not_evaluated("the baseline cost is 0" if ev.baseline_cost == 0 else "no baseline repetition")
-    cost, unpriced = repetition_cost(ev.llm_calls, ev.prices)
-    if unpriced:
-        return not_evaluated(f"no cost for model(s) {', '.join(unpriced)}")
+    if ev.unpriced:
+        return not_evaluated(f"no cost for model(s) {', '.join(ev.unpriced)}")
+    cost = ev.cost_usd
     ratio = cost / ev.baseline_cost
     return verdict(ratio < params.value, f"{ratio:.2f}x the mean baseline cost (${cost:.4f} / "
                                          f"${ev.baseline_cost:.4f}), bound {params.value:g}x")

@@ -9,10 +9,11 @@ happens here and nowhere in the probes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mitmchaos.events import iter_events
+from mitmchaos.probes.cost import repetition_cost
 from mitmchaos.records import RepetitionRecord
 
 
@@ -117,15 +118,23 @@ class Evidence:
     policy_blocks: list[Decision] = field(default_factory=list)  # enforce-mode policy blocks only
     loaded: list[tuple[str, list[str]]] = field(default_factory=list)  # (component, fault ids it injects)
     malformed: int = 0
+    cost_usd: float = 0.0  # the model calls' summed cost (``repetition_cost`` with the plan's prices)
+    unpriced: list[str] = field(default_factory=list)  # models nothing priced, left out of cost_usd
     judgements: dict[str, JudgeVerdict] = field(default_factory=dict)  # filled by scoring, keyed by judge_key
 
+    def figures(self) -> Evidence:
+        """This repetition without its per-event lists, the part that grows with the events file."""
+        return replace(self, llm_calls=[], faults=[], tool_calls=[], destructive=[], policy_blocks=[], loaded=[])
 
+
+# JSON gives exact types (``bool`` is no ``int`` here): checked by identity, per line.
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return value if type(value) is int else 0
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    kind = type(value)
+    return float(value) if kind is float or kind is int else None
 
 
 class _ToolCalls:
@@ -175,26 +184,21 @@ class _ToolCalls:
 
 def llm_call_from_event(event: dict[str, Any]) -> LlmCall:
     """An ``llm_call`` event as a call; its ``ts`` is written when the call ended."""
-    usage = event.get("usage") if isinstance(event.get("usage"), dict) else {}
-    end = _num(event.get("ts")) or 0.0
-    status = event.get("status")
+    get = event.get
+    usage = get("usage")
+    if type(usage) is not dict:
+        usage = {}
+    end = _num(get("ts")) or 0.0
+    status = get("status")
     return LlmCall(
-        start=end - (_num(event.get("duration_s")) or 0.0), end=end,
-        status=status if isinstance(status, int) and not isinstance(status, bool) else None,
-        model=event.get("model") or event.get("requested_model"),
+        start=end - (_num(get("duration_s")) or 0.0), end=end,
+        status=status if type(status) is int else None,
+        model=get("model") or get("requested_model"),
         input_tokens=_int(usage.get("input_tokens")), output_tokens=_int(usage.get("output_tokens")),
         cache_read_tokens=_int(usage.get("cache_read_tokens")),
         cache_write_tokens=_int(usage.get("cache_write_tokens")),
-        cost_usd=_num(event.get("cost_usd")), faulted=event.get("faulted") or None,
-        error=event.get("error") or None,
+        cost_usd=_num(get("cost_usd")), faulted=get("faulted") or None, error=get("error") or None,
     )
-
-
-def read_llm_calls(record: RepetitionRecord) -> list[LlmCall]:
-    """Only the model calls of a repetition, streamed (the baseline's cost is needed first)."""
-    if not record.events_path.exists():
-        return []
-    return [llm_call_from_event(e) for e in iter_events(record.events_path, frozenset({"llm_call"})) if e]
 
 
 def build_evidence(record: RepetitionRecord, *, baseline_cost: float | None = None,
@@ -205,49 +209,65 @@ def build_evidence(record: RepetitionRecord, *, baseline_cost: float | None = No
         duration_s=record.duration_s, aborted=record.abort is not None or record.error is not None,
         baseline_cost=baseline_cost, prices=dict(prices or {}),
     )
-    tools = _ToolCalls(record.canary)
     if record.events_path.exists():
-        for event in iter_events(record.events_path):
-            if event is None:
-                ev.malformed += 1
-                continue
-            _take(ev, tools, event)
-    ev.tool_calls = tools.calls
+        _read(ev, record)
     # Components append concurrently; order by when things happened.
     ev.llm_calls.sort(key=lambda call: call.start)
     ev.faults.sort(key=lambda hit: hit.ts)
     ev.tool_calls.sort(key=lambda call: call.ts)
+    ev.cost_usd, ev.unpriced = repetition_cost(ev.llm_calls, ev.prices)
     return ev
 
 
-def _take(ev: Evidence, tools: _ToolCalls, event: dict[str, Any]) -> None:
-    kind = event["type"]
-    ts = _num(event["ts"]) or 0.0
-    ev.started = ts if ev.started is None else min(ev.started, ts)
-    if kind == "llm_call":
-        ev.llm_calls.append(llm_call_from_event(event))
-    elif kind == "fault_injected":
-        target = event.get("target") if isinstance(event.get("target"), dict) else {}
-        index = event.get("fault_index")
-        ev.faults.append(FaultHit(
-            ts=ts, fault=str(event.get("fault") or ""), fault_index=index if isinstance(index, int) else None,
-            host=target.get("host"), model=target.get("model"), tool=target.get("tool"),
-            status=event.get("status") if isinstance(event.get("status"), int) else None,
-            retry_after_s=_num(event.get("retry_after_s")),
-            stream_cut=event.get("cut_after_chunks") is not None,
-            tool_call_id=str(event["tool_call_id"]) if event.get("tool_call_id") is not None else None,
-        ))
-    elif kind == "tool_call":
-        tools.add(event)
-    elif kind == "tool_result":
-        tools.result(event)
-    elif kind == "decision":
-        decision = Decision(ts, str(event.get("kind")), event.get("action"), event.get("mode"),
-                            event.get("host") or event.get("tool"), event.get("reason") or event.get("rule"))
-        if decision.kind == "destructive":
-            ev.destructive.append(decision)
-        elif decision.kind == "policy" and decision.action == "block" and decision.mode == "enforce":
-            ev.policy_blocks.append(decision)
-    elif kind == "plan_loaded":
-        injects = event.get("injects")
-        ev.loaded.append((str(event.get("component")), list(injects) if isinstance(injects, list) else []))
+def _read(ev: Evidence, record: RepetitionRecord) -> None:
+    """One pass over the events file, each event handed to what its type feeds."""
+    tools = _ToolCalls(record.canary)
+    llm_calls = ev.llm_calls
+    takers = {
+        "llm_call": lambda event, ts: llm_calls.append(llm_call_from_event(event)),
+        "fault_injected": lambda event, ts: ev.faults.append(_fault_hit(event, ts)),
+        "tool_call": lambda event, ts: tools.add(event),
+        "tool_result": lambda event, ts: tools.result(event),
+        "decision": lambda event, ts: _decision(ev, event, ts),
+        "plan_loaded": lambda event, ts: ev.loaded.append(_loaded(event)),
+    }
+    started = None
+    for event in iter_events(record.events_path):
+        if event is None:
+            ev.malformed += 1
+            continue
+        ts = _num(event["ts"]) or 0.0
+        if started is None or ts < started:
+            started = ts
+        take = takers.get(event["type"])
+        if take is not None:
+            take(event, ts)
+    ev.started = started
+    ev.tool_calls = tools.calls
+
+
+def _fault_hit(event: dict[str, Any], ts: float) -> FaultHit:
+    target = event.get("target") if isinstance(event.get("target"), dict) else {}
+    index = event.get("fault_index")
+    return FaultHit(
+        ts=ts, fault=str(event.get("fault") or ""), fault_index=index if isinstance(index, int) else None,
+        host=target.get("host"), model=target.get("model"), tool=target.get("tool"),
+        status=event.get("status") if isinstance(event.get("status"), int) else None,
+        retry_after_s=_num(event.get("retry_after_s")),
+        stream_cut=event.get("cut_after_chunks") is not None,
+        tool_call_id=str(event["tool_call_id"]) if event.get("tool_call_id") is not None else None,
+    )
+
+
+def _decision(ev: Evidence, event: dict[str, Any], ts: float) -> None:
+    decision = Decision(ts, str(event.get("kind")), event.get("action"), event.get("mode"),
+                        event.get("host") or event.get("tool"), event.get("reason") or event.get("rule"))
+    if decision.kind == "destructive":
+        ev.destructive.append(decision)
+    elif decision.kind == "policy" and decision.action == "block" and decision.mode == "enforce":
+        ev.policy_blocks.append(decision)
+
+
+def _loaded(event: dict[str, Any]) -> tuple[str, list[str]]:
+    injects = event.get("injects")
+    return str(event.get("component")), list(injects) if isinstance(injects, list) else []
