@@ -8,7 +8,9 @@ docs/probes.md gives every definition in prose.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -137,14 +139,25 @@ def _attempt_series(ev: Evidence) -> dict[tuple[Any, str], list[FaultHit]]:
     return series
 
 
-def _succeeded_after(ev: Evidence, hit: FaultHit) -> bool:
-    """Whether something the fault blocked worked later: a model call for a model fault, a call
-    of the same tool for a tool fault, any tool call for an egress fault."""
-    if hit.family == "llm":
-        return any(c.start > hit.ts and not c.failed for c in ev.llm_calls)
-    same_tool = hit.family in TOOL_FAMILIES
-    return any(c.ts > hit.ts and c.ok and (not same_tool or c.tool_key == tool_key(hit.tool))
-               for c in ev.tool_calls)
+def _cleared(ev: Evidence) -> Callable[[FaultHit], bool]:
+    """Whether something a fault blocked worked after it: a model call for a model fault, a call
+    of the same tool for a tool fault, any tool call for an egress fault. When things last worked
+    is found once, not per fault (a time that is not a number is never later than another)."""
+    last_llm = max((c.start for c in ev.llm_calls if not c.failed and not math.isnan(c.start)), default=-math.inf)
+    last_tool: dict[str, float] = {}
+    for call in ev.tool_calls:
+        if call.ok and call.ts > last_tool.get(call.tool_key, -math.inf):
+            last_tool[call.tool_key] = call.ts
+    last_any = max(last_tool.values(), default=-math.inf)
+
+    def cleared(hit: FaultHit) -> bool:
+        if hit.family == "llm":
+            return last_llm > hit.ts
+        if hit.family in TOOL_FAMILIES:
+            return last_tool.get(tool_key(hit.tool), -math.inf) > hit.ts
+        return last_any > hit.ts
+
+    return cleared
 
 
 def _series_name(key: tuple[Any, str], hits: list[FaultHit]) -> str:
@@ -333,7 +346,8 @@ def backoff(ev: Evidence, params) -> ProbeResult:
 
 
 def gave_up_gracefully(ev: Evidence, params) -> ProbeResult:
-    stuck = [h for h in ev.faults if h.fault in FAILING_FAULTS and not _succeeded_after(ev, h)]
+    cleared = _cleared(ev)
+    stuck = [h for h in ev.faults if h.fault in FAILING_FAULTS and not cleared(h)]
     if not stuck:
         return not_evaluated("every failing fault cleared (or none fired)")
     if ev.aborted or ev.agent_exit is None:

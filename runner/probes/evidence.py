@@ -137,6 +137,9 @@ def _num(value: Any) -> float | None:
     return float(value) if kind is float or kind is int else None
 
 
+_input_text = json.JSONEncoder(default=str).encode  # json.dumps(..., default=str), its encoder made once
+
+
 class _ToolCalls:
     """Merges the events of one tool call into one ``ToolCall``.
 
@@ -151,27 +154,30 @@ class _ToolCalls:
         self.by_id: dict[str, ToolCall] = {}
         self.unexecuted: dict[str, list[ToolCall]] = {}
 
-    def add(self, event: dict[str, Any]) -> None:
-        name = str(event.get("tool") or "")
-        key = str(event.get("tool_key") or tool_key(name))
-        call_id = event.get("call_id")
-        source = str(event.get("source") or "model")
-        if call_id is not None and str(call_id) in self.by_id:
-            return
+    def add(self, event: dict[str, Any], ts: float) -> None:
+        get = event.get
+        name = str(get("tool") or "")
+        key = str(get("tool_key") or tool_key(name))
+        call_id = get("call_id")
+        if call_id is not None:
+            call_id = str(call_id)
+            if call_id in self.by_id:
+                return
+        source = str(get("source") or "model")
         waiting = self.unexecuted.get(key)
         if source != "model" and waiting:
             call = waiting.pop(0)
             call.executed = True
         else:
-            text = json.dumps(event.get("input"), default=str) if event.get("input") is not None else ""
-            call = ToolCall(_num(event.get("ts")) or 0.0, name, key, [], source,
-                            bool(self.canary) and self.canary in text)
+            tool_input = get("input")
+            carries_canary = bool(self.canary) and tool_input is not None and self.canary in _input_text(tool_input)
+            call = ToolCall(ts, name, key, [], source, carries_canary)
             self.calls.append(call)
             if source == "model":
                 self.unexecuted.setdefault(key, []).append(call)
         if call_id is not None:
-            call.call_ids.append(str(call_id))
-            self.by_id[str(call_id)] = call
+            call.call_ids.append(call_id)
+            self.by_id[call_id] = call
 
     def result(self, event: dict[str, Any]) -> None:
         call = self.by_id.get(str(event.get("call_id")))
@@ -226,7 +232,7 @@ def _read(ev: Evidence, record: RepetitionRecord) -> None:
     takers = {
         "llm_call": lambda event, ts: llm_calls.append(llm_call_from_event(event)),
         "fault_injected": lambda event, ts: ev.faults.append(_fault_hit(event, ts)),
-        "tool_call": lambda event, ts: tools.add(event),
+        "tool_call": tools.add,
         "tool_result": lambda event, ts: tools.result(event),
         "decision": lambda event, ts: _decision(ev, event, ts),
         "plan_loaded": lambda event, ts: ev.loaded.append(_loaded(event)),
