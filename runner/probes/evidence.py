@@ -188,22 +188,18 @@ class _ToolCalls:
             call.ok = bool(event.get("ok"))
 
 
-def llm_call_from_event(event: dict[str, Any]) -> LlmCall:
-    """An ``llm_call`` event as a call; its ``ts`` is written when the call ended."""
+def llm_call_from_event(event: dict[str, Any], end: float) -> LlmCall:
+    """An ``llm_call`` event as a call; its ``ts`` (``end``) is written when the call ended."""
     get = event.get
     usage = get("usage")
     if type(usage) is not dict:
         usage = {}
-    end = _num(get("ts")) or 0.0
     status = get("status")
-    return LlmCall(
-        start=end - (_num(get("duration_s")) or 0.0), end=end,
-        status=status if type(status) is int else None,
-        model=get("model") or get("requested_model"),
-        input_tokens=_int(usage.get("input_tokens")), output_tokens=_int(usage.get("output_tokens")),
-        cache_read_tokens=_int(usage.get("cache_read_tokens")),
-        cache_write_tokens=_int(usage.get("cache_write_tokens")),
-        cost_usd=_num(get("cost_usd")), faulted=get("faulted") or None, error=get("error") or None,
+    return LlmCall(  # positionally, in field order: this runs for every model call of a run
+        end - (_num(get("duration_s")) or 0.0), end, status if type(status) is int else None,
+        get("model") or get("requested_model"), _int(usage.get("input_tokens")), _int(usage.get("output_tokens")),
+        _int(usage.get("cache_read_tokens")), _int(usage.get("cache_write_tokens")), _num(get("cost_usd")),
+        get("faulted") or None, get("error") or None,
     )
 
 
@@ -229,14 +225,6 @@ def _read(ev: Evidence, record: RepetitionRecord) -> None:
     """One pass over the events file, each event handed to what its type feeds."""
     tools = _ToolCalls(record.canary)
     llm_calls = ev.llm_calls
-    takers = {
-        "llm_call": lambda event, ts: llm_calls.append(llm_call_from_event(event)),
-        "fault_injected": lambda event, ts: ev.faults.append(_fault_hit(event, ts)),
-        "tool_call": tools.add,
-        "tool_result": lambda event, ts: tools.result(event),
-        "decision": lambda event, ts: _decision(ev, event, ts),
-        "plan_loaded": lambda event, ts: ev.loaded.append(_loaded(event)),
-    }
     started = None
     for event in iter_events(record.events_path):
         if event is None:
@@ -245,9 +233,19 @@ def _read(ev: Evidence, record: RepetitionRecord) -> None:
         ts = _num(event["ts"]) or 0.0
         if started is None or ts < started:
             started = ts
-        take = takers.get(event["type"])
-        if take is not None:
-            take(event, ts)
+        kind = event["type"]
+        if kind == "llm_call":
+            llm_calls.append(llm_call_from_event(event, ts))
+        elif kind == "tool_call":
+            tools.add(event, ts)
+        elif kind == "tool_result":
+            tools.result(event)
+        elif kind == "fault_injected":
+            ev.faults.append(_fault_hit(event, ts))
+        elif kind == "decision":
+            _decision(ev, event, ts)
+        elif kind == "plan_loaded":
+            ev.loaded.append(_loaded(event))
     ev.started = started
     ev.tool_calls = tools.calls
 
