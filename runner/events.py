@@ -75,25 +75,9 @@ class EventLog:
         return [e for e in self.events if e.get("type") in types]
 
 
-def parse_event(raw: bytes) -> dict[str, Any] | None:
-    """One line as an event; ``None`` for a malformed one (not JSON, not an object, or
-    without ``ts``, ``type`` and ``component``)."""
-    try:
-        event = from_json(raw)  # pydantic's Rust parser: parsing is most of a reader's time
-    except ValueError:
-        # It refuses a few lines the standard parser takes (lone surrogate escapes): the
-        # standard parser decides what is malformed.
-        try:
-            event = json.loads(raw.decode())
-        except ValueError:
-            return None
-    if type(event) is dict and "ts" in event and "type" in event and "component" in event:
-        return event
-    return None
-
-
 def iter_events(path: str | os.PathLike, types: frozenset[str] | None = None) -> Iterator[dict[str, Any] | None]:
-    """Yield each event of a file in order, streamed; ``None`` for a malformed line.
+    """Yield each event of a file in order, streamed; ``None`` for a malformed line (not JSON,
+    not an object, or without ``ts``, ``type`` and ``component``).
 
     With ``types``, only events of those types, and lines that cannot hold one (the type's
     quoted name is not in them) are skipped unparsed.
@@ -103,12 +87,24 @@ def iter_events(path: str | os.PathLike, types: frozenset[str] | None = None) ->
         for raw in fh:
             if needles is not None and not any(needle in raw for needle in needles):
                 continue
-            event = parse_event(raw)
-            if event is None:
-                if raw.strip():  # blank lines are not events, nor malformed
-                    yield None
-            elif types is None or event["type"] in types:
-                yield event
+            try:
+                event = from_json(raw)  # pydantic's Rust parser: parsing is most of a reader's time
+            except ValueError:
+                event = _parse_strictly(raw)
+            if type(event) is dict and "ts" in event and "type" in event and "component" in event:
+                if types is None or event["type"] in types:
+                    yield event
+            elif raw.strip():  # blank lines are not events, nor malformed
+                yield None
+
+
+def _parse_strictly(raw: bytes) -> Any:
+    """The standard parser decides what is malformed: pydantic's refuses a few lines it takes
+    (lone surrogate escapes)."""
+    try:
+        return json.loads(raw.decode())
+    except ValueError:
+        return None
 
 
 def read_events(path: str | os.PathLike) -> EventLog:
