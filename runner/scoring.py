@@ -1,8 +1,9 @@
 """From repetition records to a result: probe outcomes, statistics, score, verdict, warnings.
 
 ``score(plan, records)`` reads each repetition's artifacts once, one repetition at a time
-(events are streamed), evaluates every probe on it, and keeps only the results and a
-bounded timeline, so a long run's memory does not grow with its event files.
+(events are streamed; a large run's repetitions side by side in worker processes, one per
+CPU), evaluates every probe on it, and keeps only the results and a bounded timeline, so a
+long run's memory does not grow with its event files.
 
 Verdicts (exit codes): scored (0), aborted (1), invalid (2), inconclusive (2).
   1. aborted: an abort condition or a runner error stopped a repetition.
@@ -18,7 +19,12 @@ Verdicts (exit codes): scored (0), aborted (1), invalid (2), inconclusive (2).
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,6 +32,7 @@ from mitmchaos import stats
 from mitmchaos.addons.faults import REGISTRY as FAULTS
 from mitmchaos.judge import ask_judge
 from mitmchaos.plan import Plan
+from mitmchaos.probes import REGISTRY as PROBES
 from mitmchaos.probes.evaluate import ProbeResult, judge_key
 from mitmchaos.probes.evidence import Evidence, JudgeVerdict, build_evidence
 from mitmchaos.records import RepetitionRecord
@@ -33,6 +40,7 @@ from mitmchaos.records import RepetitionRecord
 REPORT_SCHEMA_VERSION = 1
 EXIT_CODES = {"scored": 0, "aborted": 1, "invalid": 2, "inconclusive": 2}
 JUDGE_FILE = "judge.json"  # per repetition, beside its events
+PARALLEL_MIN_BYTES = 16 << 20  # events below this are read faster than worker processes start
 TIMELINE_MARKS = 300  # per kind and repetition: enough to see a retry storm, small enough to draw
 
 
@@ -151,59 +159,98 @@ def _timeline(ev: Evidence) -> dict[str, Any]:
             + max(0, len(ev.faults) - TIMELINE_MARKS)}
 
 
-def _repetition_result(record: RepetitionRecord, ev: Evidence, results: list[ProbeResult],
-                       plan: Plan) -> RepetitionResult:
+def _repetition_result(record: RepetitionRecord, ev: Evidence, results: list[ProbeResult]) -> RepetitionResult:
     return RepetitionResult(
         index=record.index, phase=record.phase, run_id=record.run_id, canary=record.canary,
         agent_exit=record.agent_exit, verify_exit=record.verify_exit, duration_s=record.duration_s,
-        cost_usd=round(ev.cost_usd, 6),
-        tokens=sum(c.input_tokens + c.output_tokens for c in ev.llm_calls),
+        cost_usd=round(ev.cost_usd, 6), tokens=sum(c.input_tokens + c.output_tokens for c in ev.llm_calls),
         llm_calls=len(ev.llm_calls), tool_calls=len(ev.tool_calls), faults_injected=len(ev.faults),
         malformed=ev.malformed, abort=record.abort, error=record.error,
         probes=[r.to_json() for r in results], timeline=_timeline(ev),
     )
 
 
+@dataclass
+class _Scored:
+    """What scoring keeps of one repetition once its events are read: bounded, however many there were."""
+
+    result: RepetitionResult
+    figures: Evidence  # for the probes that compare with the baseline (``Evidence.figures``)
+    unloaded: list[int]  # plan faults no component reported loading
+    fired: list[int]  # plan faults that fired
+
+
+@dataclass(frozen=True)
+class _Scorer:
+    """Reads and scores one repetition. Holds what that takes of the plan, which (unlike a
+    ``Plan``) pickles, so worker processes can score repetitions side by side."""
+
+    prices: dict[str, Any]
+    probes: list[tuple[str, Any]]  # (probe id, its params), in plan order
+    faults: list[str]  # fault ids, in plan order
+
+    def __call__(self, record: RepetitionRecord, judgements: dict[str, JudgeVerdict]) -> _Scored:
+        ev = build_evidence(record, prices=self.prices)
+        ev.judgements = judgements
+        results = [PROBES[probe_id].evaluate(ev, params) for probe_id, params in self.probes]
+        unloaded = [i for i, fault_id in enumerate(self.faults) if not _fault_loaded(fault_id, ev)]
+        fired = [i for i, fault_id in enumerate(self.faults)
+                 if any(h.fault_index == i or (h.fault_index is None and h.fault == fault_id) for h in ev.faults)]
+        return _Scored(_repetition_result(record, ev, results), ev.figures(), unloaded, fired)
+
+
 def _fault_loaded(fault_id: str, ev: Evidence) -> bool:
     return any(fault_id in injects for _component, injects in ev.loaded)
 
 
+def scoring_workers(records: list[RepetitionRecord]) -> int:
+    """Processes to read the repetitions with: one per CPU for a run whose events are large enough
+    to repay starting them. Only a single-threaded process forks (forking beside running threads
+    can deadlock), and only on Linux (where forking is safe and the start is cheap)."""
+    if sys.platform != "linux" or threading.active_count() > 1 or len(records) < 2:
+        return 1
+    size = sum(r.events_path.stat().st_size for r in records if r.events_path.exists())
+    return min(len(os.sched_getaffinity(0)), len(records)) if size >= PARALLEL_MIN_BYTES else 1
+
+
 def score(plan: Plan, records: list[RepetitionRecord],
-          judge: Callable[[Any, str], JudgeVerdict] = ask_judge) -> RunResult:
-    """Evaluate every probe on every repetition and reach the verdict. ``judge`` asks the judge model.
+          judge: Callable[[Any, str], JudgeVerdict] = ask_judge, workers: int | None = None) -> RunResult:
+    """Evaluate every probe on every repetition and reach the verdict. ``judge`` asks the judge
+    model; ``workers``: processes reading repetitions side by side (default: ``scoring_workers``).
 
     Each events file is read once. The probes that compare with the mean baseline cost are
-    evaluated on a baseline repetition only once every baseline repetition is read, on its figures.
+    evaluated once every repetition is read, on the repetitions' figures.
     """
     baseline = [r for r in records if r.phase == "baseline"]
     faulted = [r for r in records if r.phase == "faulted"]
-    probes = list(zip(plan.probes, [p.params() for p in plan.probes]))
-    repetitions: list[RepetitionResult] = []
-    figures: list[Evidence] = []
-    for record in baseline:
-        ev = build_evidence(record, prices=plan.prices)
-        repetitions.append(_repetition_result(record, ev, _evaluate(probes, record, ev, judge), plan))
-        figures.append(ev.figures())
-    costs = [ev.cost_usd for record, ev in zip(baseline, figures) if record.abort is None and not record.error]
-    baseline_cost = sum(costs) / len(costs) if costs else None
-    for result, ev in zip(repetitions, figures):
-        ev.baseline_cost = baseline_cost
-        for i, (probe, p) in enumerate(probes):
-            if probe.probe_type.reads_baseline:
-                result.probes[i] = probe.probe_type.evaluate(ev, p).to_json()
+    ordered = [*baseline, *faulted]
+    scorer = _Scorer(dict(plan.prices), [(p.id, p.params()) for p in plan.probes], [f.id for f in plan.faults])
+    judge_params = [params for probe_id, params in scorer.probes if probe_id == "judge"]
+    # The judge reads only the agent's output: asked here, so workers need not reach it.
+    judgements = [_judgements(r, r.agent_output(), judge_params, judge) if judge_params else {} for r in ordered]
+    workers = scoring_workers(ordered) if workers is None else workers
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            scored = list(pool.map(scorer, ordered, judgements))
+    else:
+        scored = list(map(scorer, ordered, judgements))
 
+    costs = [s.figures.cost_usd for r, s in zip(ordered, scored)
+             if r.phase == "baseline" and r.abort is None and not r.error]
+    baseline_cost = sum(costs) / len(costs) if costs else None
+    for s in scored:
+        s.figures.baseline_cost = baseline_cost
+        for i, (probe_id, params) in enumerate(scorer.probes):
+            if PROBES[probe_id].reads_baseline:
+                s.result.probes[i] = PROBES[probe_id].evaluate(s.figures, params).to_json()
+    repetitions = [s.result for s in scored]
+    faulted_scored = [(r, s) for r, s in zip(ordered, scored) if r.phase == "faulted"]
+    any_fault = any(s.result.faults_injected for _r, s in faulted_scored)
     unloaded: dict[int, list[int]] = {}  # fault index -> faulted repetitions where no component loaded it
-    fired: set[int] = set()
-    any_fault = False
-    for record in faulted:
-        ev = build_evidence(record, baseline_cost=baseline_cost, prices=plan.prices)
-        any_fault = any_fault or bool(ev.faults)
-        for i, fault in enumerate(plan.faults):
-            if not _fault_loaded(fault.id, ev):
-                unloaded.setdefault(i, []).append(record.index + 1)
-            if any(h.fault_index == i or (h.fault_index is None and h.fault == fault.id) for h in ev.faults):
-                fired.add(i)
-        repetitions.append(_repetition_result(record, ev, _evaluate(probes, record, ev, judge), plan))
+    for r, s in faulted_scored:
+        for i in s.unloaded:
+            unloaded.setdefault(i, []).append(r.index + 1)
+    fired = {i for _r, s in faulted_scored for i in s.fired}
 
     outcomes = [ProbeOutcome(i, p.id, probe_label(p), p.probe_type.kind, p.weight, plan.threshold(p),
                              PhaseStats(), PhaseStats()) for i, p in enumerate(plan.probes)]
@@ -232,15 +279,6 @@ def score(plan: Plan, records: list[RepetitionRecord],
     return RunResult(plan=plan_summary(plan), verdict=verdict, exit_code=EXIT_CODES[verdict], outcome=outcome_name,
                      reasons=reasons, score=score_value, confidence=plan.confidence, probes=outcomes,
                      repetitions=repetitions, warnings=warnings, malformed_lines=sum(malformed.values()))
-
-
-def _evaluate(probes: list, record: RepetitionRecord, ev: Evidence,
-              judge: Callable[[Any, str], JudgeVerdict]) -> list[ProbeResult]:
-    """Every plan probe on one repetition, the judge asked first when the plan has one."""
-    judge_params = [p for probe, p in probes if probe.id == "judge"]
-    if judge_params:
-        ev.judgements = _judgements(record, ev.stdout, judge_params, judge)
-    return [probe.probe_type.evaluate(ev, p) for probe, p in probes]
 
 
 def _judgements(record: RepetitionRecord, output: str, judge_params: list,

@@ -191,11 +191,22 @@ def test_scoring_streams_events_in_bounded_memory(tmp_path):
     records = baseline(tmp_path) + [write_repetition(tmp_path, "faulted", i, lines, CANARY) for i in range(2)]
     size = records[-1].events_path.stat().st_size
     tracemalloc.start()
-    res = score(plan(), records)
+    res = score(plan(), records, workers=1)  # in this process, where tracemalloc sees it
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert res.verdict == "scored"
     assert size > 10e6 and peak < 5e6, (size, peak)  # the events are never all held at once
+
+
+def test_worker_processes_score_exactly_as_one_process(tmp_path):
+    cost_probe = "  - { id: cost_multiplier_below, weight: 2, value: 3 }\n"
+    text = PLAN.format(extra="").replace(
+        cost_probe, cost_probe + "  - { id: judge, criterion: c, endpoint: 'http://127.0.0.1:9/v1', model: g }\n")
+    records = baseline(tmp_path) + [faulted(tmp_path, i, surfaced=i % 2 == 0) for i in range(3)]
+    results = [score(parse_plan_text(text), records, judge=lambda p, out: JudgeVerdict(len(out) / 100, "graded"),
+                     workers=workers).to_json() for workers in (2, 1)]
+    assert results[0] == results[1]
+    assert [r["probes"][2]["passed"] for r in results[0]["repetitions"]] == [True] * 6  # cost_multiplier_below
 
 
 def test_run_dir_round_trip_is_relocatable(tmp_path):
