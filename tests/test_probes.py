@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -205,3 +206,14 @@ def test_hand_written_events_file_with_malformed_lines(tmp_path):
         ("failure_surfaced", {}), ("failure_acknowledged", {}), ("backoff", {}), ("no_retry_storm", {"value": 10}),
         ("gave_up_gracefully", {}), ("recovered_within", {"value": 3})]}
     assert [results[k].passed for k in results] == [F, T, T, T, T, F]
+
+
+@pytest.mark.parametrize("canary", [CANARY, "canary: 1"])  # the runner's kind, and any other
+@pytest.mark.parametrize("tool_input", [
+    {"command": f"echo {CANARY}"}, {CANARY: 1}, {"a": [{"b": f"é{CANARY}\n"}]}, {"a": f"{CANARY[:12]}é{CANARY[12:]}"},
+    {"a": CANARY[:-1]}, {"canary": 1}, {"x": "canary: 1"}, [1.5, None, True, "x"]])
+def test_a_tool_input_carries_the_canary_when_its_json_does(tmp_path, canary, tool_input):
+    rec = write_repetition(tmp_path, "faulted", 0, [call(1, "Bash", "t1", input=tool_input)])
+    rec.canary = canary
+    carried = canary in json.dumps(tool_input)
+    assert build_evidence(rec).tool_calls[0].carries_canary is carried

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mitmchaos.decisions import is_canary
 from mitmchaos.events import iter_events
 from mitmchaos.probes.cost import repetition_cost
 from mitmchaos.records import RepetitionRecord
@@ -140,6 +141,18 @@ def _num(value: Any) -> float | None:
 _input_text = json.JSONEncoder(default=str).encode  # json.dumps(..., default=str), its encoder made once
 
 
+def _holds(value: Any, text: str) -> bool:
+    """Whether a parsed JSON value holds ``text`` in one of its strings, keys included."""
+    kind = type(value)
+    if kind is str:
+        return text in value
+    if kind is dict:
+        return any(text in key or _holds(item, text) for key, item in value.items())
+    if kind is list:
+        return any(_holds(item, text) for item in value)
+    return False
+
+
 class _ToolCalls:
     """Merges the events of one tool call into one ``ToolCall``.
 
@@ -150,6 +163,10 @@ class _ToolCalls:
 
     def __init__(self, canary: str):
         self.canary = canary
+        # A canary as the runner makes them is in an input's JSON text exactly when it is in one of
+        # its strings (JSON writes its characters as they are; no escape or number starts with "E"
+        # or holds "C"), so the strings are searched instead of each input serialised.
+        self.plain_canary = is_canary(canary)
         self.calls: list[ToolCall] = []
         self.by_id: dict[str, ToolCall] = {}
         self.unexecuted: dict[str, list[ToolCall]] = {}
@@ -169,15 +186,20 @@ class _ToolCalls:
             call = waiting.pop(0)
             call.executed = True
         else:
-            tool_input = get("input")
-            carries_canary = bool(self.canary) and tool_input is not None and self.canary in _input_text(tool_input)
-            call = ToolCall(ts, name, key, [], source, carries_canary)
+            call = ToolCall(ts, name, key, [], source, self.carries_canary(get("input")))
             self.calls.append(call)
             if source == "model":
                 self.unexecuted.setdefault(key, []).append(call)
         if call_id is not None:
             call.call_ids.append(call_id)
             self.by_id[call_id] = call
+
+    def carries_canary(self, tool_input: Any) -> bool:
+        if not self.canary or tool_input is None:
+            return False
+        if self.plain_canary:
+            return _holds(tool_input, self.canary)
+        return self.canary in _input_text(tool_input)
 
     def result(self, event: dict[str, Any]) -> None:
         call = self.by_id.get(str(event.get("call_id")))
