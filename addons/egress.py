@@ -11,7 +11,7 @@ from __future__ import annotations
 from mitmproxy import http
 
 from mitmchaos.addons.faults.egress import credential_401_response, credential_provider, dns_failure_response
-from mitmchaos.addons.state import Target
+from mitmchaos.addons.state import Target, pretty_host
 
 DNS_FAIL = "egress.dns_fail"
 CREDENTIAL_401 = "egress.credential_401"
@@ -38,7 +38,7 @@ class EgressFaults:
             return
         # Inside a CONNECT tunnel (https) the lookup already happened at the CONNECT.
         ids = [DNS_FAIL, CREDENTIAL_401] if flow.request.scheme == "http" else [CREDENTIAL_401]
-        host = flow.request.pretty_host
+        host = pretty_host(flow.request)
         injection = state.consider(ids, Target(host=host), flow)
         if injection is None:
             return

@@ -26,7 +26,7 @@ from mitmchaos.addons.faults.llm import draw_delay
 from mitmchaos.addons.faults.mcp import ToolsetChangeOptions, change_toolset
 from mitmchaos.addons.faults.tool import error_message, result_rewriters, stale_text
 from mitmchaos.addons.providers.sse import SSEParser
-from mitmchaos.addons.state import Injection, Target
+from mitmchaos.addons.state import Injection, Target, pretty_host
 from mitmchaos.tools import safe_input, tool_key
 from mitmproxy import http
 
@@ -98,7 +98,7 @@ class McpTraffic:
         if self.toolset is not None and ex.tool in self.toolset.remove:
             self._answer_error(flow, ex, UNKNOWN_TOOL, f"Unknown tool: {ex.tool}")
             return
-        target = Target(host=flow.request.pretty_host, tool=key)
+        target = Target(host=pretty_host(flow.request), tool=key)
         change = state.consider([TOOLSET], target, flow)
         if change is not None:
             self.toolset = change.options

@@ -19,6 +19,7 @@ from mitmproxy import http
 from mitmchaos.addons import providers
 from mitmchaos.addons.faults import llm
 from mitmchaos.addons.ledger import STOP_REPLY, ToolLedger
+from mitmchaos.addons.state import pretty_host
 from mitmchaos.prices import cost_usd
 
 
@@ -116,13 +117,13 @@ class ModelAPI:
 
     @staticmethod
     def _read_whole(call: Call, response: http.Response) -> None:
-        text = response.get_text(strict=False) or ""
+        body = response.get_content(strict=False) or b""
         if "text/event-stream" in response.headers.get("content-type", ""):
-            for event, _ in call.parser.feed(text.encode()):
+            for event, _ in call.parser.feed(body):
                 call.reply.event(event)
             return
         try:
-            call.reply.json(json.loads(text))
+            call.reply.json(json.loads(body))
         except ValueError:
             pass
 
@@ -136,7 +137,7 @@ class ModelAPI:
         state.events.emit(
             "llm_call",
             provider=call.provider.name,
-            host=flow.request.pretty_host,
+            host=pretty_host(flow.request),
             path=flow.request.path.split("?", 1)[0],
             requested_model=call.request.model,
             model=reply.model,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
-from mitmchaos.addons.state import BLOCKED
+from mitmchaos.addons.state import BLOCKED, pretty_host
 from mitmchaos.globs import first_match
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class EgressPolicy:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         # Both the connection target and the Host header: a tunnel to an allowed host must not
         # carry requests for a refused one.
-        self._check(flow, dict.fromkeys([flow.request.host, flow.request.pretty_host]))
+        self._check(flow, dict.fromkeys([flow.request.host, pretty_host(flow.request)]))
 
     def _check(self, flow: http.HTTPFlow, hosts) -> None:
         state = self.core.state

@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlsplit
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.proxy import server_hooks
 
+from mitmchaos.addons.state import pretty_host
 from mitmchaos.globs import glob_matches
 from mitmchaos.plan import StandIn
 
@@ -280,7 +281,7 @@ class StandIns:
     def _route(self, flow: http.HTTPFlow) -> None:
         if flow.response:
             return
-        match = self._server_for(flow.request.pretty_host)
+        match = self._server_for(pretty_host(flow.request))
         if match is None:
             return
         pattern, server = match

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from mitmchaos import decisions
@@ -21,6 +22,19 @@ if TYPE_CHECKING:
     from mitmchaos.plan import Plan
 
 BLOCKED = "mitmchaos.blocked"  # flow.metadata key set by the egress policy; faults never touch such flows
+
+
+def pretty_host(request) -> str:
+    """``request.pretty_host``: the addons ask for it several times per request, so its parse is cached."""
+    authority = request.host_header
+    return _authority_host(authority) if authority else request.host
+
+
+@lru_cache(maxsize=1024)
+def _authority_host(authority: str) -> str:
+    from mitmproxy.net.http import url  # here: the resolver and the gate use this module without mitmproxy
+
+    return url.parse_authority(authority, check=False)[0]
 
 
 @dataclass(frozen=True)
@@ -83,14 +97,20 @@ class ChaosState:
         self.injected = [0] * len(plan.faults)
         self.total_injected = 0
         self.latency_used_s = 0.0
+        self._faults_of: dict[tuple[str, ...], list[tuple[int, Any]]] = {}  # ids -> faults_of(ids)
 
     @property
     def run_id(self) -> str:
         return self.events.run_id
 
     def faults_of(self, ids: Iterable[str]) -> list[tuple[int, Any]]:
-        wanted = set(ids)
-        return [(i, f) for i, f in enumerate(self.plan.faults) if f.id in wanted]
+        """The plan's faults among ``ids``, with their index, in plan order."""
+        ids = tuple(ids)
+        found = self._faults_of.get(ids)
+        if found is None:  # asked for every request with the same few id lists
+            wanted = set(ids)
+            found = self._faults_of[ids] = [(i, f) for i, f in enumerate(self.plan.faults) if f.id in wanted]
+        return found
 
     def announce(self, handles: Iterable[str], **extra: Any) -> None:
         """Write plan_loaded for this component, naming the plan's faults it can inject."""

@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 
 from mitmchaos.addons.annotate import annotate
 from mitmchaos.addons.faults import FaultOptions, FaultType, register
-from mitmchaos.addons.state import Target
+from mitmchaos.addons.state import Target, pretty_host
 
 if TYPE_CHECKING:
     from mitmchaos.addons.model_api import Call
@@ -102,7 +102,7 @@ STATUS_TEXT = {500: "Internal server error", 502: "Bad gateway", 503: "Service u
 
 
 async def inject(state: ChaosState, call: Call, flow: http.HTTPFlow) -> None:
-    target = Target(host=flow.request.pretty_host, model=call.request.model)
+    target = Target(host=pretty_host(flow.request), model=call.request.model)
     failure = state.consider([RATE_LIMIT, UPSTREAM_5XX, TIMEOUT], target, flow)
     if failure is not None and await _fail(state, failure, call, flow):
         return

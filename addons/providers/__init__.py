@@ -32,7 +32,8 @@ def model_call(request):
     if provider is None:
         return None
     try:
-        body = json.loads(request.get_text(strict=False) or "")
+        # bytes: JSON is UTF-8, and json reads bytes without get_text's charset lookup
+        body = json.loads(request.get_content(strict=False) or b"")
     except ValueError:
         return None
     return (provider, body) if isinstance(body, dict) else None
