@@ -29,8 +29,8 @@ class ProbeType:
     passes_when: str
     evaluate: Callable[..., Any]
     # Compares a repetition with the mean baseline cost (``Evidence.baseline_cost``), so it reads
-    # only the evidence's figures, never its event lists: scoring evaluates it on a baseline
-    # repetition once every baseline repetition is read (``Evidence.figures``).
+    # only the evidence's figures, never its event lists: scoring evaluates it once every
+    # repetition is read, on each one's figures (``Evidence.figures``).
     reads_baseline: bool = False
 
 

@@ -128,7 +128,8 @@ class Evidence:
         return replace(self, llm_calls=[], faults=[], tool_calls=[], destructive=[], policy_blocks=[], loaded=[])
 
 
-# JSON gives exact types (``bool`` is no ``int`` here): checked by identity, per line.
+# Parsed JSON holds exact ints and floats, so a type identity check (cheaper than isinstance,
+# per line) tells numbers from booleans.
 def _int(value: Any) -> int:
     return value if type(value) is int else 0
 
