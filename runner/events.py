@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic_core import from_json
-
 EVENTS_SCHEMA_VERSION = 1
 
 EVENT_TYPES = (
@@ -82,6 +80,9 @@ def iter_events(path: str | os.PathLike, types: frozenset[str] | None = None) ->
     With ``types``, only events of those types, and lines that cannot hold one (the type's
     quoted name is not in them) are skipped unparsed.
     """
+    # Only readers need it: writers (the gate) run in sandboxes with none of our dependencies.
+    from pydantic_core import from_json
+
     needles = [f'"{t}"'.encode() for t in types] if types else None
     with open(path, "rb") as fh:
         for raw in fh:
