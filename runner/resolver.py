@@ -39,6 +39,7 @@ LOOPBACK = {"A": A("127.0.0.1"), "AAAA": AAAA("::1")}
 TTL = 5  # short: a later repetition's plan must not be masked by a cached answer
 TCP_IDLE_S = 10.0
 UPSTREAM_TIMEOUT_S = 3.0
+SHUTDOWN_POLL_S = 0.02
 
 
 def parse_hostport(text: str, default_port: int | None = None) -> tuple[str, int]:
@@ -186,7 +187,10 @@ class ResolverServer:
             raise
         for server in (self.udp, self.tcp):
             server.resolver = resolver
-        self.threads = [threading.Thread(target=s.serve_forever, name=f"dns-{n}", daemon=True)
+        # shutdown() waits for the loop's next poll; socketserver's default 0.5 s, twice, was
+        # most of what stopping a repetition's helpers took
+        self.threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S},
+                                         name=f"dns-{n}", daemon=True)
                         for n, s in (("udp", self.udp), ("tcp", self.tcp))]
 
     def start(self) -> ResolverServer:
