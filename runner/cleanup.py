@@ -260,18 +260,25 @@ def terminate(process: subprocess.Popen | None, timeout: float = 10.0) -> None:
         process.wait()
 
 
-def spawn(stack: CleanupStack, cmd: list[str], **popen_args: Any) -> tuple[subprocess.Popen, Undo]:
-    """Start a helper process in its own session, registered on ``stack`` before it exists.
+def spawn(stack: CleanupStack, start: Callable[[], subprocess.Popen]) -> tuple[subprocess.Popen, Undo]:
+    """Start a helper process (``start()`` does), registered on ``stack`` before it exists.
 
+    ``start`` must put it in a session of its own, so a Ctrl-C at the terminal reaches the
+    runner alone and the helper is stopped by the cleanup, in order.
     """
     started: list[subprocess.Popen] = []
     with signals_deferred():
         undo = stack.push("process", live=lambda: terminate(started[0] if started else None),
                           pid=None, start_time=None)
-        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, **popen_args)
+        process = start()
         started.append(process)
         stack.update(undo, pid=process.pid, start_time=process_start_time(process.pid))
     return process, undo
+
+
+def popen(cmd: list[str], **popen_args: Any) -> Callable[[], subprocess.Popen]:
+    """What ``spawn`` starts for a command run as is: stdin closed, in a session of its own."""
+    return lambda: subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, **popen_args)
 
 
 # ------------------------------------------------------------------ sweeping after a killed run

@@ -20,7 +20,7 @@ from pathlib import Path
 from podman import PodmanClient
 from podman.errors import APIError, NotFound
 
-from mitmchaos.cleanup import CleanupStack, resource_labels, signals_deferred, spawn
+from mitmchaos.cleanup import CleanupStack, popen, resource_labels, signals_deferred, spawn
 
 SYSTEM_SOCKET = "unix:///run/podman/podman.sock"
 SANDBOX_UID = 1000
@@ -51,8 +51,8 @@ def connect(stack: CleanupStack, timeout: float = 30.0) -> PodmanClient:
         stack.push("path", path=str(sockdir))
     url = f"unix://{sockdir}/podman.sock"
     try:
-        service, _ = spawn(stack, ["podman", "system", "service", "--time=0", url], stdout=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE)
+        service, _ = spawn(stack, popen(["podman", "system", "service", "--time=0", url],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
     except FileNotFoundError:
         raise SandboxError("podman is not installed; run `make host` (sandbox/host-setup.sh)") from None
     deadline = time.monotonic() + timeout

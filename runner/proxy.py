@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -26,6 +27,16 @@ def addon_script() -> Path:
 def mitmdump_binary() -> str:
     candidate = Path(sys.executable).with_name("mitmdump")
     return str(candidate) if candidate.exists() else "mitmdump"
+
+
+def exec_helper(cmd: list[str], log_path: Path) -> subprocess.Popen:
+    """A helper in a fresh interpreter and a session of its own, its output appended to ``log_path``.
+
+    The runner's fork server (forkserver.py) launches the same way, minus the imports.
+    """
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -49,6 +60,7 @@ class ChaosProxy:
     host: str = "127.0.0.1"
     port: int = 0
     options: dict[str, str] = field(default_factory=dict)
+    launch: Callable[[list[str], Path], subprocess.Popen] = field(default=exec_helper, repr=False)
     process: subprocess.Popen | None = None
 
     @property
@@ -86,17 +98,14 @@ class ChaosProxy:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if not self.port:
             self.port = free_port(self.host)
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
-        log.close()
+        self.process = self.launch(self.command(), self.log_path)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ProxyError(f"mitmdump exited with {self.process.returncode} at start-up:\n{self.log_text()}")
-            if self.ca_path.exists() and _listening(self.host, self.port) and self._plan_announced():
+            if self._plan_announced() and self.ca_path.exists() and _listening(self.host, self.port):
                 return self
-            time.sleep(0.05)
+            time.sleep(0.01)  # it comes up within ~0.15 s from the fork server
         self.stop()
         raise ProxyError(f"mitmdump did not listen on {self.host}:{self.port} within {timeout}s:\n{self.log_text()}")
 

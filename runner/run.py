@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -32,6 +33,7 @@ from mitmchaos.cleanup import (CleanupStack, interrupts_raise, mark_helpers, pro
                                resource_labels, signals_deferred, spawn)
 from mitmchaos.decisions import new_canary
 from mitmchaos.events import EventWriter, read_events
+from mitmchaos.forkserver import ForkServer, ForkServerError
 from mitmchaos.gate import gate_plan_json
 from mitmchaos.log import get_logger
 from mitmchaos.monitor import AbortMonitor
@@ -39,7 +41,7 @@ from mitmchaos.network import DNS_PORT, NetworkError, SandboxNetwork, apply_fire
 from mitmchaos.plan import NO_COST_CEILING, Plan, load_plan
 from mitmchaos.podman_driver import (SANDBOX_UID, ContainerSpec, SandboxError, connect, read_image_file,
                                      run_container)
-from mitmchaos.proxy import ChaosProxy, ProxyError, free_port
+from mitmchaos.proxy import ChaosProxy, ProxyError, exec_helper, free_port
 from mitmchaos.records import Phase, RepetitionRecord
 from mitmchaos.scripted_model import sandbox_keys
 from mitmchaos.workspace import (STATE_DIR, WorkspaceError, carry_in, create_worktree, hand_to_sandbox_user,
@@ -184,19 +186,27 @@ def _execute(settings: RunSettings, plan: Plan, root: Path, outcome: RunOutcome,
     except SandboxError as exc:
         raise RunError(f"Podman is not usable, and a run never falls back to the host: {exc}") from None
     image = settings.sandbox_image or plan.sandbox_image or images.default_image()
+    with signals_deferred():
+        scratch = Path(tempfile.mkdtemp(prefix=f"mitmchaos-{outcome.run_id}-"))
+        stack.push("path", path=str(scratch))
+    # the kube backend runs its helpers in the pod; here they are forked, the server importing meanwhile
+    forks = ForkServer(stack, scratch / "forkserver.log") if settings.backend == "podman" else None
     try:
         images.ensure_image(image)
         if settings.backend == "kube":
             images.ensure_image(images.proxy_image())
-        with signals_deferred():
-            scratch = Path(tempfile.mkdtemp(prefix=f"mitmchaos-{outcome.run_id}-"))
-            stack.push("path", path=str(scratch))
         ca_dir = _make_ca(scratch / "ca")
         bundle = _ca_bundle(client, image, ca_dir, scratch / "ca-bundle.pem")
     except (images.ImageError, SandboxError) as exc:
         raise RunError(f"the sandbox cannot run {image}: {exc}") from None
+    try:
+        launch = forks.launch if forks else exec_helper
+        if forks:
+            forks.await_ready()
+    except ForkServerError as exc:
+        raise RunError(str(exc)) from None
     outcome.artifacts.mkdir(parents=True, exist_ok=True)
-    shared = Shared(settings, plan, root, client, image, ca_dir, bundle, progress, outcome.run_id)
+    shared = Shared(settings, plan, root, client, image, ca_dir, bundle, progress, outcome.run_id, launch)
     for position, phase in enumerate(settings.phases):
         records = run_phase(shared, phase, position * plan.repeat, outcome.artifacts)
         outcome.records.extend(records)
@@ -236,6 +246,7 @@ class Shared:
     bundle: Path
     progress: Progress
     run_id: str
+    launch: Callable[[list[str], Path], subprocess.Popen] = exec_helper  # how helpers start
     run_ended: threading.Event = field(default_factory=threading.Event)  # parallel workers stop on it
 
 
@@ -276,8 +287,8 @@ class Repetition:
     def run(self) -> RepetitionRecord:
         try:
             self._run()
-        except (RepetitionFailed, SandboxError, NetworkError, WorkspaceError, ProxyError, APIError,
-                OSError) as exc:
+        except (RepetitionFailed, SandboxError, NetworkError, WorkspaceError, ProxyError, ForkServerError,
+                APIError, OSError) as exc:
             self.record.error = f"{type(exc).__name__}: {exc}"
             self.s.progress.say(f"repetition failed: {self.record.error}")
         finally:
@@ -363,7 +374,8 @@ class Repetition:
         self.s.progress.phase("starting proxy and resolver")
         proxy = ChaosProxy(workdir=self.scratch / "proxy", plan=plan_file, canary=self.record.canary,
                            run_id=self.record.run_id, host=net.gateway, port=port,
-                           options=proxy_options(self.index, str(self.scratch / "flows.mitm")))
+                           options=proxy_options(self.index, str(self.scratch / "flows.mitm")),
+                           launch=self.s.launch)
         shutil.copytree(self.s.ca_dir, proxy.confdir)
         self.proxy = proxy
         # pushed first: an interrupt while it starts up must still stop it
@@ -376,9 +388,8 @@ class Repetition:
     def _spawn_resolver(self, net: SandboxNetwork, plan_file: Path) -> None:
         cmd = resolver_command(str(Path(sys.executable).with_name("mitmchaos")), str(plan_file),
                                str(self.events_path), f"{net.gateway}:{DNS_PORT}", self.record, self.index)
-        with open(self.scratch / "resolver.log", "ab") as log_file:
-            process, self.undo_resolver = spawn(self.stack, cmd, stdout=log_file, stderr=subprocess.STDOUT)
-        self.resolver = process
+        log_path = self.scratch / "resolver.log"
+        self.resolver, self.undo_resolver = spawn(self.stack, lambda: self.s.launch(cmd, log_path))
 
     def _await_resolver(self) -> None:
         process = self.resolver

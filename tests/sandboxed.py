@@ -145,6 +145,25 @@ def bridges() -> set[str]:
     return {line.split(":")[1].strip() for line in out.splitlines()}
 
 
+def run_processes(tmp: Path) -> dict[int, str]:
+    """Processes of the run under ``tmp`` (its TMPDIR in their command line or environment), shown
+    as name and command line. The environment finds what the fork server forked (forkserver.py):
+    their command line is the server's."""
+    marker = str(tmp / "tmp").encode()
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline, environ = (proc / "cmdline").read_bytes(), (proc / "environ").read_bytes()
+                name = (proc / "comm").read_text().strip()
+            except OSError:
+                continue
+            if marker in cmdline or marker in environ:
+                shown = cmdline.replace(b"\0", b" ")[:200].decode(errors="replace")
+                found[int(proc.name)] = f"{name}: {shown}"
+    return found
+
+
 def leftovers(tmp: Path, project: Path, run_id: str | None, bridges_before: set[str]) -> list[str]:
     """Everything a run could leave behind, found by listing (empty when it cleaned up)."""
     found = []
@@ -158,16 +177,7 @@ def leftovers(tmp: Path, project: Path, run_id: str | None, bridges_before: set[
     networks = subprocess.run(["podman", "network", "ls", "--format", "{{.NetworkInterface}}"],
                               capture_output=True, text=True).stdout.split()
     found += [f"bridge {b}" for b in bridges() - bridges_before - set(networks)]
-    marker = str(tmp / "tmp").encode()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker in cmdline:
-                shown = cmdline.replace(b"\0", b" ")[:200].decode(errors="replace")
-                found.append(f"process {proc.name}: {shown}")
+    found += [f"process {pid}: {shown}" for pid, shown in run_processes(tmp).items()]
     worktrees = subprocess.run(["git", "-C", str(project), "worktree", "list", "--porcelain"],
                                capture_output=True, text=True).stdout
     found += [f"worktree {line}" for line in worktrees.splitlines()

@@ -16,7 +16,7 @@ import pytest
 from mitmchaos import images
 from mitmchaos.cleanup import RUN_LABEL, labelled
 from tests.sandboxed import (SITE_TEXT, RunProcess, bridges, leftovers, make_project, require_podman, run_env,
-                             start_run)
+                             run_processes, start_run)
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -115,9 +115,7 @@ def test_abort_condition_stops_the_sandbox_and_ends_the_run(tmp_path, condition)
 def test_a_proxy_crash_mid_run_fails_the_repetition_with_the_error(tmp_path):
     run, project, before = start_run(tmp_path, "sleep 30", verify="true")
     run.wait_for("baseline: agent")
-    marker = str(tmp_path / "tmp").encode()
-    mitmdumps = [int(p.name) for p in Path("/proc").iterdir()
-                 if p.name.isdigit() and _cmdline_has(p, b"mitmdump", marker)]
+    mitmdumps = [pid for pid, shown in run_processes(tmp_path).items() if shown.startswith("mitmdump:")]
     assert len(mitmdumps) == 1
     os.kill(mitmdumps[0], signal.SIGKILL)
     code = run.finish()
@@ -126,14 +124,6 @@ def test_a_proxy_crash_mid_run_fails_the_repetition_with_the_error(tmp_path):
     assert report["verdict"] == "aborted"
     assert "proxy exited" in json.dumps(report)
     assert_clean(tmp_path, project, run, before)
-
-
-def _cmdline_has(proc: Path, *needles: bytes) -> bool:
-    try:
-        cmdline = (proc / "cmdline").read_bytes()
-    except OSError:
-        return False
-    return all(n in cmdline for n in needles)
 
 
 # Where SIGINT lands: progress lines the run prints, and how long after them.
