@@ -1,7 +1,8 @@
 """mitmchaos's mitmproxy addons, reusable in any mitmproxy setup.
 
-    from mitmchaos.addons import build_addons
-    addons = build_addons()          # what addons/chaos.py hands to mitmdump
+    from mitmchaos.addons import Suite, build_addons
+    addons = build_addons()          # the addons, in hook order
+    suite = Suite(build_addons())    # the same as one addon: what addons/chaos.py hands to mitmdump
 
 Each injecting addon takes the shared ``ChaosCore`` and declares ``handles``, the fault
 ids it can inject; hooks run in list order, so the egress policy sits before every fault.
@@ -25,6 +26,7 @@ _EXPORTS = {
     "DestructiveTier": "mitmchaos.addons.model_tools",
     "ToolResultFaults": "mitmchaos.addons.model_tools",
     "Redact": "mitmchaos.addons.redact",
+    "Suite": "mitmchaos.addons.suite",
 }
 
 

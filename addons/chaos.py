@@ -4,5 +4,6 @@
 """
 
 from mitmchaos.addons import build_addons
+from mitmchaos.addons.suite import Suite
 
-addons = build_addons()
+addons = [Suite(build_addons())]

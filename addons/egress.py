@@ -27,7 +27,7 @@ class EgressFaults:
         state = self.core.state
         if flow.response or state is None:
             return
-        injection = state.consider([DNS_FAIL], Target(host=flow.request.host), flow)
+        injection = state.consider((DNS_FAIL,), Target(host=flow.request.host), flow)
         if injection:
             self._fail_lookup(flow, injection)
 
@@ -37,7 +37,7 @@ class EgressFaults:
         if flow.response or state is None:
             return
         # Inside a CONNECT tunnel (https) the lookup already happened at the CONNECT.
-        ids = [DNS_FAIL, CREDENTIAL_401] if flow.request.scheme == "http" else [CREDENTIAL_401]
+        ids = (DNS_FAIL, CREDENTIAL_401) if flow.request.scheme == "http" else (CREDENTIAL_401,)
         host = pretty_host(flow.request)
         injection = state.consider(ids, Target(host=host), flow)
         if injection is None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mitmchaos.plan import Plan
 
 BLOCKED = "mitmchaos.blocked"  # flow.metadata key set by the egress policy; faults never touch such flows
+MATCHING_CACHE_SIZE = 4096  # (ids, target) pairs remembered by ChaosState.matching
 
 
 def pretty_host(request) -> str:
@@ -97,19 +98,27 @@ class ChaosState:
         self.injected = [0] * len(plan.faults)
         self.total_injected = 0
         self.latency_used_s = 0.0
-        self._faults_of: dict[tuple[str, ...], list[tuple[int, Any]]] = {}  # ids -> faults_of(ids)
+        self._matching: dict[tuple[tuple[str, ...], Target], list[tuple[int, Any]]] = {}
 
     @property
     def run_id(self) -> str:
         return self.events.run_id
 
     def faults_of(self, ids: Iterable[str]) -> list[tuple[int, Any]]:
-        """The plan's faults among ``ids``, with their index, in plan order."""
-        ids = tuple(ids)
-        found = self._faults_of.get(ids)
-        if found is None:  # asked for every request with the same few id lists
-            wanted = set(ids)
-            found = self._faults_of[ids] = [(i, f) for i, f in enumerate(self.plan.faults) if f.id in wanted]
+        wanted = set(ids)
+        return [(i, f) for i, f in enumerate(self.plan.faults) if f.id in wanted]
+
+    def matching(self, ids: Iterable[str], target: Target) -> list[tuple[int, Any]]:
+        """The faults among ``ids`` whose match takes ``target``, in plan order.
+
+        Remembered: every request asks again for the same few (ids, target) pairs.
+        """
+        key = (tuple(ids), target)
+        found = self._matching.get(key)
+        if found is None:
+            if len(self._matching) >= MATCHING_CACHE_SIZE:
+                self._matching.clear()
+            found = self._matching[key] = [(i, f) for i, f in self.faults_of(key[0]) if _matches(f.match, target)]
         return found
 
     def announce(self, handles: Iterable[str], **extra: Any) -> None:
@@ -130,9 +139,7 @@ class ChaosState:
         """The first fault among ``ids`` that applies to this call, or None."""
         if flow is not None and flow.metadata.get(BLOCKED):
             return None
-        for index, fault in self.faults_of(ids):
-            if not _matches(fault.match, target):
-                continue
+        for index, fault in self.matching(ids, target):
             ordinal = self.seen[index]
             self.seen[index] += 1
             if ordinal < fault.after_calls:

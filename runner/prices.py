@@ -9,6 +9,7 @@ priced at ``UNKNOWN_MODEL_PRICE``, the most expensive entry, so that a cost ceil
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 from mitmchaos.globs import first_match
 from mitmchaos.plan import Price
@@ -45,11 +46,14 @@ UNKNOWN_MODEL_PRICE = Price(input=15, output=75)
 
 
 def price_for(model: str | None, overrides: Mapping[str, Price] | None = None) -> Price:
-    for table in (overrides or {}, DEFAULT_PRICES):
-        pattern = first_match(table, model)
-        if pattern is not None:
-            return table[pattern]
-    return UNKNOWN_MODEL_PRICE
+    pattern = first_match(overrides or (), model)
+    return overrides[pattern] if pattern is not None else _default_price(model)
+
+
+@lru_cache(maxsize=1024)  # the proxy prices every model call; the models are few
+def _default_price(model: str | None) -> Price:
+    pattern = first_match(DEFAULT_PRICES, model)
+    return DEFAULT_PRICES[pattern] if pattern is not None else UNKNOWN_MODEL_PRICE
 
 
 def cost_usd(

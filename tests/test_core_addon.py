@@ -121,3 +121,38 @@ def test_chaos_proxy_helper_starts_and_stops(tmp_path, plan_file):
         assert proxy.events("plan_loaded")[0]["canary"] == "E-CHAOS-0123abcd"
     finally:
         assert proxy.stop() == 0
+
+
+def test_suite_calls_every_hook_of_its_addons_in_order():
+    """addons/chaos.py hands mitmdump one Suite: it must forward each hook any addon has, in list order."""
+    import asyncio
+
+    from mitmproxy import hooks
+
+    from mitmchaos.addons import Suite, build_addons
+
+    addons = build_addons()
+    suite = Suite(addons)
+    for hook in hooks.all_hooks:
+        if any(callable(getattr(addon, hook, None)) for addon in addons):
+            assert callable(getattr(suite, hook, None)), hook
+        else:
+            assert not hasattr(suite, hook), hook
+
+    calls = []
+
+    class Sync:
+        def __init__(self, name):
+            self.name = name
+
+        def request(self, flow):
+            calls.append((self.name, flow))
+
+    class Async(Sync):
+        async def request(self, flow):
+            await asyncio.sleep(0)
+            calls.append((self.name, flow))
+
+    asyncio.run(Suite([Sync("a"), Async("b"), Sync("c")]).request("flow"))
+    assert calls == [("a", "flow"), ("b", "flow"), ("c", "flow")]
+    assert not hasattr(Suite([Sync("a")]), "response")

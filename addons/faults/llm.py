@@ -103,14 +103,14 @@ STATUS_TEXT = {500: "Internal server error", 502: "Bad gateway", 503: "Service u
 
 async def inject(state: ChaosState, call: Call, flow: http.HTTPFlow) -> None:
     target = Target(host=pretty_host(flow.request), model=call.request.model)
-    failure = state.consider([RATE_LIMIT, UPSTREAM_5XX, TIMEOUT], target, flow)
+    failure = state.consider((RATE_LIMIT, UPSTREAM_5XX, TIMEOUT), target, flow)
     if failure is not None and await _fail(state, failure, call, flow):
         return
     for fault_id, rewrite in ((CONTEXT_TRIM, _trim), (MODEL_DEGRADE, _degrade)):
-        injection = state.consider([fault_id], target, flow)
+        injection = state.consider((fault_id,), target, flow)
         if injection is not None:
             rewrite(injection, call, flow)
-    latency = state.consider([LATENCY], target, flow)
+    latency = state.consider((LATENCY,), target, flow)
     if latency is None:
         return
     if latency.options.per_chunk:
