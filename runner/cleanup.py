@@ -186,12 +186,39 @@ class Undo:
     kind: str
     args: dict[str, Any]
     live: Callable[[], Any] | None = field(default=None, repr=False)
+    background: _Background | None = field(default=None, repr=False)  # started by release_soon
 
     def run(self) -> None:
+        if self.background is not None:
+            self.background.wait()
+        else:
+            self.perform()
+
+    def perform(self) -> None:
         if self.live is not None:
             self.live()
         else:
             UNDO[self.kind](**self.args)
+
+
+class _Background:
+    """A callable running in a thread of its own; ``wait`` re-raises what it raised."""
+
+    def __init__(self, work: Callable[[], Any]):
+        self.error: Exception | None = None
+        self.thread = threading.Thread(target=self._run, args=(work,), daemon=True)
+        self.thread.start()
+
+    def _run(self, work: Callable[[], Any]) -> None:
+        try:
+            work()
+        except Exception as exc:  # noqa: BLE001 - handed to wait()
+            self.error = exc
+
+    def wait(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 class CleanupStack:
@@ -223,6 +250,15 @@ class CleanupStack:
                 log.debug("cleaned up", kind=undo.kind, seconds=round(time.monotonic() - started, 3))
             finally:
                 self._write()
+
+    def release_soon(self, undo: Undo) -> None:
+        """Start undoing one entry in the background: a removal nothing that follows waits for.
+
+        The entry stays on the stack (and in the ledger) until ``release`` or ``close`` reaches
+        it and waits for it there, so the order of undoing holds.
+        """
+        if undo in self.entries and undo.background is None:
+            undo.background = _Background(undo.perform)
 
     def close(self) -> list[str]:
         """Undo everything left, newest first; returns the failures (also logged)."""

@@ -136,7 +136,7 @@ def run_container(client: PodmanClient, spec: ContainerSpec, stack: CleanupStack
         return ContainerResult(exit_code, full_out, full_err.decode(errors="replace"), stopped)
     finally:
         if undo is not None:
-            stack.release(undo)
+            stack.release_soon(undo)  # it has exited: what runs next need not wait for its removal
         else:
             _remove(container)
 
