@@ -147,10 +147,14 @@ def _holds(value: Any, text: str) -> bool:
     kind = type(value)
     if kind is str:
         return text in value
-    if kind is dict:
-        return any(text in key or _holds(item, text) for key, item in value.items())
-    if kind is list:
-        return any(_holds(item, text) for item in value)
+    if kind is dict:  # loops, not any(): no generator to make per tool call
+        for key, item in value.items():
+            if text in key or _holds(item, text):
+                return True
+    elif kind is list:
+        for item in value:
+            if _holds(item, text):
+                return True
     return False
 
 
