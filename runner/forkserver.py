@@ -145,7 +145,9 @@ class ForkedProcess:
 
 
 def _readable(fd, timeout: float | None) -> bool:
-    return bool(select.select([fd], [], [], timeout)[0])
+    poller = select.poll()  # not select(): a run with many descriptors open may pass FD_SETSIZE
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else timeout * 1000))
 
 
 # ------------------------------------------------------------------ the server
@@ -225,11 +227,11 @@ def _child(request: dict, main, inherited: list) -> NoReturn:
         for item in inherited:
             os.close(item) if isinstance(item, int) else item.close()
         os.setsid()
+        _redirect(request["log"])  # first, so that what goes wrong next is in the helper's log
         Path("/proc/self/comm").write_text(Path(request["argv"][0]).name[:15])  # what ps and top show
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        _redirect(request["log"])
         sys.argv = request["argv"]
         code = _run_main(main)
     except BaseException:  # noqa: BLE001 - reported in the log and the exit status, never to the server
