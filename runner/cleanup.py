@@ -153,6 +153,27 @@ def _undo_chain(family: str, name: str) -> None:
     _quiet([_iptables(family), "-w", "-X", name])
 
 
+def _undo_firewall(family: str, rules: list[list[str]], chain: str | None) -> None:
+    """A repetition's rules and the chain they jump to, in one atomic batch; one by one when the
+    batch fails (something of it is gone already)."""
+    lines = [f"-D {' '.join(rule)}" for rule in rules] + ([f"-F {chain}", f"-X {chain}"] if chain else [])
+    if iptables_restore(family, lines).returncode == 0:
+        return
+    for rule in rules:
+        _undo_rule(family, rule)
+    if chain:
+        _undo_chain(family, chain)
+
+
+def iptables_restore(family: str, lines: list[str]) -> subprocess.CompletedProcess:
+    """Apply ``lines`` (iptables arguments, no value with spaces) to the filter table, all or none.
+
+    One process for what took one per rule (~20 ms each to delete)."""
+    script = "\n".join(["*filter", *lines, "COMMIT", ""])
+    return subprocess.run([f"{_iptables(family)}-restore", "-w", "--noflush"], input=script, text=True,
+                          capture_output=True)
+
+
 def _undo_worktree(repo: str, path: str) -> None:
     _quiet(["git", "-C", repo, "worktree", "remove", "--force", path])
     shutil.rmtree(path, ignore_errors=True)
@@ -165,7 +186,7 @@ def _undo_path(path: str) -> None:
 
 UNDO: dict[str, Callable[..., None]] = {
     "process": _undo_process, "container": _undo_container, "pod": _undo_pod, "network": _undo_network,
-    "bridge": _undo_bridge, "rule": _undo_rule, "chain": _undo_chain,
+    "bridge": _undo_bridge, "rule": _undo_rule, "chain": _undo_chain, "firewall": _undo_firewall,
     "worktree": _undo_worktree, "path": _undo_path,
 }
 

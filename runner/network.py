@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from podman.errors import APIError, NotFound
 
-from mitmchaos.cleanup import CHAIN_PREFIX, CleanupStack, resource_labels, rule_comment, signals_deferred
+from mitmchaos.cleanup import (CHAIN_PREFIX, CleanupStack, iptables_restore, resource_labels, rule_comment,
+                               signals_deferred)
 
 # Podman hands out 10.89.0.0/24 upwards for its own networks; start far above that.
 SUBNET_POOL = [ipaddress.ip_network(f"10.89.{i}.0/24") for i in range(100, 250)]
@@ -108,33 +109,35 @@ def _create_bridge(net: SandboxNetwork, stack: CleanupStack) -> None:
 
 
 def apply_firewall(net: SandboxNetwork, proxy_port: int, repetition_id: str, stack: CleanupStack) -> None:
-    """Let the bridge reach only the proxy and DNS on the gateway; reject everything else."""
+    """Let the bridge reach only the proxy and DNS on the gateway; reject everything else.
+
+    Each family's rules go in as one atomic batch, and come out as one (cleanup.iptables_restore).
+    """
     chain = chain_name(repetition_id)
     tag = ["-m", "comment", "--comment", rule_comment(repetition_id)]
-    with signals_deferred():
-        _iptables("ipv4", "-N", chain)
-        stack.push("chain", family="ipv4", name=chain)
-    for proto, port in (("tcp", proxy_port), ("udp", DNS_PORT), ("tcp", DNS_PORT)):
-        _iptables("ipv4", "-A", chain, "-d", net.gateway, "-p", proto, "--dport", str(port), "-j", "ACCEPT")
-    _iptables("ipv4", "-A", chain, "-j", "REJECT")
-    for family, rule in (
-        ("ipv4", ["INPUT", "-i", net.bridge, *tag, "-j", chain]),
-        ("ipv4", ["FORWARD", "-i", net.bridge, *tag, "-j", "REJECT"]),
-        ("ipv4", ["FORWARD", "-o", net.bridge, *tag, "-j", "REJECT"]),
-        ("ipv6", ["INPUT", "-i", net.bridge, *tag, "-j", "DROP"]),
-        ("ipv6", ["FORWARD", "-i", net.bridge, *tag, "-j", "DROP"]),
-    ):
+    chain_rules = [*([chain, "-d", net.gateway, "-p", proto, "--dport", str(port), "-j", "ACCEPT"]
+                     for proto, port in (("tcp", proxy_port), ("udp", DNS_PORT), ("tcp", DNS_PORT))),
+                   [chain, "-j", "REJECT"]]
+    own_chain = [f":{chain} - [0:0]", *(f"-A {' '.join(rule)}" for rule in chain_rules)]
+    hooks = {
+        "ipv4": [["INPUT", "-i", net.bridge, *tag, "-j", chain],
+                 ["FORWARD", "-i", net.bridge, *tag, "-j", "REJECT"],
+                 ["FORWARD", "-o", net.bridge, *tag, "-j", "REJECT"]],
+        "ipv6": [["INPUT", "-i", net.bridge, *tag, "-j", "DROP"],
+                 ["FORWARD", "-i", net.bridge, *tag, "-j", "DROP"]],
+    }
+    for family, rules in hooks.items():
+        chain_here = chain if family == "ipv4" else None
+        lines = (own_chain if chain_here else []) + [f"-I {rule[0]} 1 {' '.join(rule[1:])}" for rule in rules]
         with signals_deferred():
-            _iptables(family, "-I", rule[0], "1", *rule[1:])
-            stack.push("rule", family=family, table_args=rule)
+            result = iptables_restore(family, lines)
+            if result.returncode != 0:
+                raise NetworkError(f"{family} firewall for {net.bridge}: {result.stderr.strip()}")
+            stack.push("firewall", family=family, rules=rules, chain=chain_here)
 
 
 def _ip(*args: str) -> None:
     _check(["ip", *args])
-
-
-def _iptables(family: str, *args: str) -> None:
-    _check([{"ipv4": "iptables", "ipv6": "ip6tables"}[family], "-w", *args])
 
 
 def _check(cmd: list[str]) -> None:

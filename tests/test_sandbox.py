@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from mitmchaos import images
-from mitmchaos.cleanup import CleanupStack, owner_tag, process_start_time, state_dir, sweep
+from mitmchaos.cleanup import CleanupStack, owner_tag, process_start_time, rule_comment, state_dir, sweep
 from mitmchaos.monitor import AbortMonitor
+from mitmchaos.network import SandboxNetwork, apply_firewall, chain_name
 from mitmchaos.plan import parse_plan_text
 from mitmchaos.run import mask_secrets
 from mitmchaos.workspace import carry_in, create_worktree
@@ -136,6 +137,38 @@ def test_secrets_are_masked_in_every_artifact_keeping_lengths(tmp_path):
 
 
 # ------------------------------------------------------------------ cleanup
+
+
+def test_a_background_release_is_waited_for_in_its_turn(tmp_path, monkeypatch):
+    monkeypatch.setenv("MITMCHAOS_STATE_DIR", str(tmp_path / "state"))
+    order, slow = [], threading.Event()
+    stack = CleanupStack("run-bg")
+    stack.push("path", live=lambda: order.append("older"), path="unused")
+    background = stack.push("path", live=lambda: (slow.wait(5), order.append("background")), path="unused")
+    stack.push("path", live=lambda: order.append("newer"), path="unused")
+    stack.release_soon(background)
+    assert len(json.loads(stack.ledger.read_text())["undo"]) == 3  # in the ledger until done
+    slow.set()
+    assert stack.close() == []
+    assert order == ["newer", "background", "older"]
+
+
+def test_a_firewall_comes_out_whole_even_with_a_rule_already_gone(tmp_path, monkeypatch):
+    monkeypatch.setenv("MITMCHAOS_STATE_DIR", str(tmp_path / "state"))
+    rep = f"fw-{secrets.token_hex(3)}"
+    net = SandboxNetwork("unused", "10.89.251.0/24", "10.89.251.1", f"mcxt{secrets.token_hex(3)}")
+    stack = CleanupStack(rep)
+    apply_firewall(net, 8080, rep, stack)
+    listed = {family: subprocess.run([tool, "-S"], capture_output=True, text=True).stdout
+              for family, tool in (("ipv4", "iptables"), ("ipv6", "ip6tables"))}
+    assert listed["ipv4"].count(net.bridge) == 3 and f"-N {chain_name(rep)}" in listed["ipv4"]
+    assert listed["ipv6"].count(net.bridge) == 2
+    subprocess.run(["iptables", "-w", "-D", "FORWARD", "-i", net.bridge, "-m", "comment", "--comment",
+                    rule_comment(rep), "-j", "REJECT"], check=True)  # the batch undo now fails: one by one
+    assert stack.close() == []
+    for tool in ("iptables", "ip6tables"):
+        rules = subprocess.run([tool, "-S"], capture_output=True, text=True).stdout
+        assert net.bridge not in rules and chain_name(rep) not in rules
 
 
 def test_cleanup_stack_undoes_in_reverse_and_a_sweep_finishes_a_killed_run(tmp_path, monkeypatch):
