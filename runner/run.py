@@ -199,14 +199,14 @@ def _execute(settings: RunSettings, plan: Plan, root: Path, outcome: RunOutcome,
         bundle = _ca_bundle(client, image, ca_dir, scratch / "ca-bundle.pem")
     except (images.ImageError, SandboxError) as exc:
         raise RunError(f"the sandbox cannot run {image}: {exc}") from None
-    try:
-        launch = forks.launch if forks else exec_helper
-        if forks:
+    if forks:
+        try:
             forks.await_ready()
-    except ForkServerError as exc:
-        raise RunError(str(exc)) from None
+        except ForkServerError as exc:
+            raise RunError(str(exc)) from None
     outcome.artifacts.mkdir(parents=True, exist_ok=True)
-    shared = Shared(settings, plan, root, client, image, ca_dir, bundle, progress, outcome.run_id, launch)
+    shared = Shared(settings, plan, root, client, image, ca_dir, bundle, progress, outcome.run_id,
+                    forks.launch if forks else exec_helper)
     for position, phase in enumerate(settings.phases):
         records = run_phase(shared, phase, position * plan.repeat, outcome.artifacts)
         outcome.records.extend(records)
