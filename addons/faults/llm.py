@@ -103,6 +103,8 @@ STATUS_TEXT = {500: "Internal server error", 502: "Bad gateway", 503: "Service u
 
 async def inject(state: ChaosState, call: Call, flow: http.HTTPFlow) -> None:
     target = Target(host=pretty_host(flow.request), model=call.request.model)
+    if not state.matching(HANDLES, target):
+        return  # no llm fault takes this call: each decision point below would find none
     failure = state.consider((RATE_LIMIT, UPSTREAM_5XX, TIMEOUT), target, flow)
     if failure is not None and await _fail(state, failure, call, flow):
         return
