@@ -3,7 +3,9 @@
 import json
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from mitmproxy.test import taddons
@@ -75,6 +77,23 @@ def test_max_faults_budget_records_unapplied(tmp_path):
     events = read_events(tmp_path / "ev.jsonl")
     assert len(events.of_type("fault_injected")) == 2
     assert [e["reason"] for e in events.of_type("fault_skipped")] == ["max_faults"]
+
+
+@pytest.mark.parametrize("without_pydantic", [False, True], ids=["pydantic", "json"])
+def test_event_lines_read_back_by_every_reader(tmp_path, monkeypatch, without_pydantic):
+    with monkeypatch.context() as patch:
+        if without_pydantic:  # as in the gate's sandbox
+            patch.setitem(sys.modules, "pydantic_core", None)
+        writer = EventWriter(tmp_path / "ev.jsonl", "r", "proxy")
+    texts = ["plain", "caf\u00e9 \u2603", "a\u2028b\u2029c\x85d", "lone \ud800", "ctl \x1c\n"]
+    for text in texts:
+        writer.emit("tool_result", error=text, path=Path("/w"), pair=(1, 2), nan=float("nan"))
+    raw = (tmp_path / "ev.jsonl").read_text()
+    by_lines = [json.loads(line) for line in raw.splitlines()]
+    assert [e["error"] for e in by_lines] == texts
+    assert by_lines == [json.loads(line) for line in raw.split("\n")[:-1]]
+    assert [e["error"] for e in read_events(tmp_path / "ev.jsonl").events] == texts
+    assert by_lines[0]["path"] == "/w" and by_lines[0]["pair"] == [1, 2] and by_lines[0]["nan"] != by_lines[0]["nan"]
 
 
 def test_mitmdump_starts_with_shipped_plan_and_exits_cleanly_on_sigterm(tmp_path):
