@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mitmchaos.addons.annotate import annotate
+from mitmchaos.addons.headers import content, header
 from mitmchaos.addons.faults.llm import draw_delay
 from mitmchaos.addons.faults.mcp import ToolsetChangeOptions, change_toolset
 from mitmchaos.addons.faults.tool import error_message, result_rewriters, stale_text
@@ -82,8 +83,8 @@ class McpTraffic:
         ex = Exchange(
             message["id"],
             message.get("method", ""),
-            flow.request.headers.get("mcp-session-id"),
-            stateless=flow.request.headers.get("mcp-protocol-version", "") >= STATELESS_PROTOCOL,
+            header(flow.request.headers, "mcp-session-id", None),
+            stateless=header(flow.request.headers, "mcp-protocol-version") >= STATELESS_PROTOCOL,
         )
         self.exchanges[flow.id] = ex
         # an SSE answer is rewritten as it passes, so it must come back uncompressed
@@ -102,7 +103,7 @@ class McpTraffic:
         change = state.consider([TOOLSET], target, flow)
         if change is not None:
             self.toolset = change.options
-            ex.notify = self.toolset.notify and "text/event-stream" in flow.request.headers.get("accept", "")
+            ex.notify = self.toolset.notify and "text/event-stream" in header(flow.request.headers, "accept")
             event = change.applied(
                 removed=self.toolset.remove,
                 redefined=sorted(self.toolset.redefine),
@@ -132,7 +133,7 @@ class McpTraffic:
         ex = self.exchanges.get(flow.id)
         if ex is not None:
             flow.response.stream = SseAnswer(self, ex)
-        elif "mcp-session-id" in flow.request.headers:
+        elif header(flow.request.headers, "mcp-session-id", None) is not None:
             flow.response.stream = True  # a GET stream of server messages: pass it through live
 
     def response(self, flow: http.HTTPFlow) -> None:
@@ -269,10 +270,10 @@ class SseAnswer:
 
 
 def _jsonrpc_request(request: http.Request) -> dict | None:
-    if request.method != "POST" or "json" not in request.headers.get("content-type", ""):
+    if request.method != "POST" or "json" not in header(request.headers, "content-type"):
         return None
     # Model API calls are JSON too and far bigger: skip the parse unless it can be JSON-RPC.
-    if b'"jsonrpc"' not in (request.content or b""):
+    if b'"jsonrpc"' not in (content(request, strict=True) or b""):
         return None
     try:
         message = json.loads(request.get_text() or "")
@@ -288,7 +289,7 @@ def _jsonrpc_request(request: http.Request) -> dict | None:
 
 
 def _is_sse(response: http.Response | None) -> bool:
-    return response is not None and "text/event-stream" in response.headers.get("content-type", "")
+    return response is not None and "text/event-stream" in header(response.headers, "content-type")
 
 
 def _sse(message: dict) -> str:

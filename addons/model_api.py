@@ -18,6 +18,7 @@ from mitmproxy import http
 
 from mitmchaos.addons import providers
 from mitmchaos.addons.faults import llm
+from mitmchaos.addons.headers import content, header
 from mitmchaos.addons.ledger import STOP_REPLY, ToolLedger
 from mitmchaos.addons.state import pretty_host
 from mitmchaos.prices import cost_usd
@@ -55,7 +56,7 @@ class ModelAPI:
             return
         provider, body = parsed
         reply = provider.reply_type(on_tool_call=lambda call: self.ledger.call(flow, call))
-        retry = flow.request.headers.get("x-stainless-retry-count", "")
+        retry = header(flow.request.headers, "x-stainless-retry-count")
         call = Call(provider, provider.parse_request(body), reply, int(retry) if retry.isdigit() else None)
         self.calls[flow.id] = call
         self.ledger.results(flow, call.request.tool_results)
@@ -66,7 +67,7 @@ class ModelAPI:
         await llm.inject(state, call, flow)
 
     async def responseheaders(self, flow: http.HTTPFlow) -> None:
-        if "text/event-stream" not in flow.response.headers.get("content-type", ""):
+        if "text/event-stream" not in header(flow.response.headers, "content-type"):
             return
         call = self.calls.get(flow.id)
         if call is None:
@@ -117,8 +118,8 @@ class ModelAPI:
 
     @staticmethod
     def _read_whole(call: Call, response: http.Response) -> None:
-        body = response.get_content(strict=False) or b""
-        if "text/event-stream" in response.headers.get("content-type", ""):
+        body = content(response) or b""
+        if "text/event-stream" in header(response.headers, "content-type"):
             for event, _ in call.parser.feed(body):
                 call.reply.event(event)
             return

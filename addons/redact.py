@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from mitmproxy import http
 
+from mitmchaos.addons.headers import header, names
+
 SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "proxy-authorization", "cookie")
-_SECRET_NAMES = frozenset(name.encode() for name in SECRET_HEADERS)
+_SECRET_NAMES = frozenset(SECRET_HEADERS)
 REDACTED = "REDACTED"
 
 
@@ -24,9 +26,8 @@ class Redact:
 
     @staticmethod
     def _redact(flow: http.HTTPFlow) -> None:
-        # one pass over the raw fields: a lookup per secret name costs a pass each
-        present = {name.lower() for name, _ in flow.request.headers.fields} & _SECRET_NAMES
-        for name in present:
-            flow.request.headers[name.decode()] = REDACTED
-        if flow.response is not None and "set-cookie" in flow.response.headers:
+        # one index of the fields (the other addons' lookups built it): a lookup per secret name costs a pass each
+        for name in _SECRET_NAMES.intersection(names(flow.request.headers)):
+            flow.request.headers[name] = REDACTED
+        if flow.response is not None and header(flow.response.headers, "set-cookie", None) is not None:
             flow.response.headers["set-cookie"] = REDACTED

@@ -27,7 +27,10 @@ MATCHING_CACHE_SIZE = 4096  # (ids, target) pairs remembered by ChaosState.match
 
 def pretty_host(request) -> str:
     """``request.pretty_host``: the addons ask for it several times per request, so its parse is cached."""
-    authority = request.host_header
+    from mitmchaos.addons.headers import header  # here: the resolver and the gate never call it
+
+    authority = request.authority if request.is_http2 or request.is_http3 else ""
+    authority = authority or header(request.headers, "host")  # request.host_header, through the index
     return _authority_host(authority) if authority else request.host
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from mitmchaos.addons.headers import content
 from mitmchaos.addons.providers.anthropic import Anthropic
 from mitmchaos.addons.providers.common import CallRequest, Reply, ToolCall, ToolResult
 from mitmchaos.addons.providers.openai_chat import OpenAIChat
@@ -33,7 +34,7 @@ def model_call(request):
         return None
     try:
         # bytes: JSON is UTF-8, and json reads bytes without get_text's charset lookup
-        body = json.loads(request.get_content(strict=False) or b"")
+        body = json.loads(content(request) or b"")
     except ValueError:
         return None
     return (provider, body) if isinstance(body, dict) else None
