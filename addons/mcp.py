@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,13 +74,13 @@ class McpTraffic:
             set()
         )  # tool keys called over MCP here; faulted here, not at the model API
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         state = self.core.state
         if state is None or flow.response is not None:
-            return
+            return None
         message = _jsonrpc_request(flow.request)
         if message is None or "id" not in message:
-            return
+            return None
         ex = Exchange(
             message["id"],
             message.get("method", ""),
@@ -90,7 +91,7 @@ class McpTraffic:
         # an SSE answer is rewritten as it passes, so it must come back uncompressed
         flow.request.headers["accept-encoding"] = "identity"
         if ex.method != "tools/call":
-            return
+            return None
         params = message.get("params") or {}
         ex.tool = str(params.get("name"))
         key = tool_key(ex.tool)
@@ -98,7 +99,7 @@ class McpTraffic:
         self._emit("tool_call", ex, input=safe_input(params.get("arguments") or {}))
         if self.toolset is not None and ex.tool in self.toolset.remove:
             self._answer_error(flow, ex, UNKNOWN_TOOL, f"Unknown tool: {ex.tool}")
-            return
+            return None
         target = Target(host=pretty_host(flow.request), tool=key)
         change = state.consider([TOOLSET], target, flow)
         if change is not None:
@@ -115,7 +116,7 @@ class McpTraffic:
             )
         inj = state.consider(CALL_FAULTS, target, flow)
         if inj is None:
-            return
+            return None
         if inj.id == "tool.error":
             self._fail(flow, ex, inj)
         elif inj.id == "tool.latency":
@@ -123,9 +124,10 @@ class McpTraffic:
             if state.grant_latency(inj, delay):
                 event = inj.applied(delay_s=round(delay, 3), tool_call_id=ex.call_id)
                 annotate(flow, event, f"{delay:.2f}s before {ex.tool}")
-                await asyncio.sleep(delay)
+                return asyncio.sleep(delay)
         else:
             ex.fault, ex.flow = inj, flow
+        return None
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if self.core.state is None or not _is_sse(flow.response):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from mitmproxy import http
@@ -49,11 +50,11 @@ class ModelAPI:
         # flow id -> call; kept here, not in flow.metadata, which is saved with the flow
         self.calls: dict[str, Call] = {}
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         state = self.core.state
         parsed = providers.model_call(flow.request) if state is not None else None
         if parsed is None:
-            return
+            return None
         provider, body = parsed
         reply = provider.reply_type(on_tool_call=lambda call: self.ledger.call(flow, call))
         retry = header(flow.request.headers, "x-stainless-retry-count")
@@ -61,24 +62,25 @@ class ModelAPI:
         self.calls[flow.id] = call
         self.ledger.results(flow, call.request.tool_results)
         if flow.response:
-            return
+            return None
         # The stream is parsed as it passes, so it must come back uncompressed.
         flow.request.headers["accept-encoding"] = "identity"
-        await llm.inject(state, call, flow)
+        return llm.inject(state, call, flow)
 
-    async def responseheaders(self, flow: http.HTTPFlow) -> None:
+    def responseheaders(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         if "text/event-stream" not in header(flow.response.headers, "content-type"):
-            return
+            return None
         call = self.calls.get(flow.id)
         if call is None:
             # mitmproxy buffers whole bodies by default: an event stream (a model's without a
             # plan, or any other) would reach the agent only at its end.
             flow.response.stream = flow.response.stream or True
-            return
+            return None
         flow.response.stream = lambda data: self._pass(call, flow, data)
-        if call.chunk_delay is not None:
-            call.chunk_delay.start()
-            await call.chunk_delay.before_first_chunk()
+        if call.chunk_delay is None:
+            return None
+        call.chunk_delay.start()
+        return call.chunk_delay.before_first_chunk()
 
     @staticmethod
     def _pass(call: Call, flow: http.HTTPFlow, data: bytes) -> bytes | list[bytes]:

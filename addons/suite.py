@@ -4,13 +4,14 @@ For every event (eight per proxied request: four HTTP hooks, each followed by ``
 mitmproxy walks its whole addon tree, nested addons included, looking the hook up on each.
 One object whose hooks call the addons' own, in list order, leaves one lookup per event
 instead of one per addon. An exception ends the event's remaining hooks, as it does for
-addons nested under one script.
+addons nested under one script. A hook may return an awaitable (mitmproxy awaits what a hook
+returns): the rest then run after it, so a call that has nothing to wait for stays synchronous.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from mitmproxy import addonmanager, hooks, log  # noqa: F401  (a hook is known once its module is imported:
 from mitmproxy.proxy import layers, mode_servers, server_hooks  # noqa: F401  these define them all)
@@ -30,16 +31,26 @@ class Suite:
 def _in_order(handlers: list[Callable]) -> Callable:
     if not any(inspect.iscoroutinefunction(handler) for handler in handlers):
 
-        def call(*args) -> None:
-            for handler in handlers:
-                handler(*args)
+        def call(*args) -> Awaitable | None:
+            for i, handler in enumerate(handlers):
+                result = handler(*args)
+                if result is not None and inspect.isawaitable(result):
+                    return _after(result, handlers[i + 1 :], args)
+            return None
 
         return call
 
+    # a coroutine hook among them: the Suite's is one too, which mitmproxy refuses for sync-only events
     async def call_async(*args) -> None:
-        for handler in handlers:
-            result = handler(*args)
-            if result is not None and inspect.isawaitable(result):
-                await result
+        await _after(None, handlers, args)
 
     return call_async
+
+
+async def _after(pending: Awaitable | None, handlers: list[Callable], args: tuple) -> None:
+    if pending is not None:
+        await pending
+    for handler in handlers:
+        result = handler(*args)
+        if result is not None and inspect.isawaitable(result):
+            await result

@@ -174,4 +174,15 @@ def test_suite_calls_every_hook_of_its_addons_in_order():
 
     asyncio.run(Suite([Sync("a"), Async("b"), Sync("c")]).request("flow"))
     assert calls == [("a", "flow"), ("b", "flow"), ("c", "flow")]
+
+    class Returns(Sync):  # a sync hook that returns an awaitable only when it has to wait
+        def request(self, flow):
+            return Async.request(self, flow)
+
+    calls.clear()
+    assert Suite([Sync("a"), Sync("b")]).request("flow") is None  # nothing to wait for: no coroutine
+    pending = Suite([Sync("c"), Returns("d"), Sync("e")]).request("flow")
+    assert calls == [("a", "flow"), ("b", "flow"), ("c", "flow")]  # the rest wait for d's awaitable
+    asyncio.run(pending)
+    assert calls[3:] == [("d", "flow"), ("e", "flow")]
     assert not hasattr(Suite([Sync("a")]), "response")

@@ -63,6 +63,16 @@ def model_flow(body: dict, path: str = "/v1/messages?beta=true", **headers) -> h
     return tflow.tflow(req=request, resp=False)
 
 
+def run(result) -> None:
+    """Await what a hook returned, as mitmproxy does (a hook with nothing to wait for returns None)."""
+
+    async def settle():
+        if result is not None:
+            await result
+
+    asyncio.run(settle())
+
+
 def events(path, type):
     return read_events(path).of_type(type)
 
@@ -72,7 +82,7 @@ def answer(api: ModelAPI, flow, turn: Turn, provider: str = "anthropic") -> None
     body = json.loads(flow.request.get_text())
     flow.response = tutils.tresp(content=json.dumps(WireReply(turn, body, provider).json()).encode())
     flow.response.headers["content-type"] = "application/json"
-    asyncio.run(api.responseheaders(flow))
+    run(api.responseheaders(flow))
     api.response(flow)
 
 
@@ -82,7 +92,7 @@ def test_rate_limit_is_answered_in_the_providers_format_and_annotated(proxy_addo
         {"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "hi"}]},
         **{"x-stainless-retry-count": "2"},
     )
-    asyncio.run(api.request(flow))
+    run(api.request(flow))
     response = flow.response
     assert response.status_code == 429 and response.headers["retry-after"] == "2"
     assert (
@@ -104,7 +114,7 @@ def test_upstream_5xx_529_is_anthropic_overloaded_and_openai_gets_its_own_body(p
     anthropic_flow = model_flow({"model": "claude-sonnet-4-6", "messages": []})
     openai_flow = model_flow({"model": "gpt-4o", "messages": []}, path="/v1/chat/completions")
     for flow in (anthropic_flow, openai_flow):
-        asyncio.run(api.request(flow))
+        run(api.request(flow))
     assert json.loads(anthropic_flow.response.content)["error"]["type"] == "overloaded_error"
     assert json.loads(openai_flow.response.content)["error"]["type"] == "server_error"
     assert anthropic_flow.response.status_code == openai_flow.response.status_code == 529
@@ -113,10 +123,10 @@ def test_upstream_5xx_529_is_anthropic_overloaded_and_openai_gets_its_own_body(p
 def test_stream_cut_waits_for_the_stream_but_a_non_stream_retry_gets_the_status(proxy_addons):
     _, api, ev = proxy_addons(plan({"id": "llm.upstream_5xx", "stream_cut_after_chunks": 3, "status": 503}))
     streamed = model_flow({"model": "m", "stream": True, "messages": []})
-    asyncio.run(api.request(streamed))
+    run(api.request(streamed))
     assert streamed.response is None and api.calls[streamed.id].cut is not None
     fallback = model_flow({"model": "m", "messages": []})
-    asyncio.run(api.request(fallback))
+    run(api.request(fallback))
     assert fallback.response.status_code == 503
 
 
@@ -137,7 +147,7 @@ def test_trim_and_degrade_rewrite_what_goes_upstream(proxy_addons):
         ],
     }
     flow = model_flow(body, path="/v1/chat/completions")
-    asyncio.run(api.request(flow))
+    run(api.request(flow))
     sent = json.loads(flow.request.get_text())
     assert sent == {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "c"}]}
     answer(api, flow, Turn(text="ok"), "openai-chat")
@@ -153,7 +163,7 @@ def test_trim_and_degrade_rewrite_what_goes_upstream(proxy_addons):
 def test_degrade_without_a_mapping_for_the_provider_leaves_the_call_alone(proxy_addons):
     _, api, ev = proxy_addons(plan({"id": "llm.model_degrade", "to_model": {"openai": "gpt-4o-mini"}}))
     flow = model_flow({"model": "claude-opus-4-8", "messages": []})
-    asyncio.run(api.request(flow))
+    run(api.request(flow))
     assert json.loads(flow.request.get_text())["model"] == "claude-opus-4-8" and not events(
         ev, "fault_injected"
     )
@@ -162,7 +172,7 @@ def test_degrade_without_a_mapping_for_the_provider_leaves_the_call_alone(proxy_
 def test_latency_budget_refuses_delays_beyond_it(proxy_addons):
     _, api, ev = proxy_addons(plan({"id": "llm.latency", "delay_s": 0.3}, latency_budget_s=0.5))
     for _ in range(2):
-        asyncio.run(api.request(model_flow({"model": "m", "messages": []})))
+        run(api.request(model_flow({"model": "m", "messages": []})))
     (injected,) = events(ev, "fault_injected")
     (skipped,) = events(ev, "fault_skipped")
     assert injected["delay_s"] == 0.3 and skipped["reason"] == "latency_budget"
@@ -173,7 +183,7 @@ def test_seeded_latency_distribution_is_reproducible(proxy_addons):
     delays = []
     for _ in range(2):
         _, api, ev = proxy_addons(plan(fault, seed=7))
-        asyncio.run(api.request(model_flow({"model": "m", "messages": []})))
+        run(api.request(model_flow({"model": "m", "messages": []})))
         delays.append(events(ev, "fault_injected")[-1]["delay_s"])
     assert delays[0] == delays[1] and 0.01 <= delays[0] <= 0.09 and delays[0] != 0.05
 
@@ -184,7 +194,7 @@ def test_answered_flows_are_counted_but_never_faulted(proxy_addons):
     flow.response = tutils.tresp(
         status_code=401, content=b'{"type":"error","error":{"type":"authentication_error"}}'
     )
-    asyncio.run(api.request(flow))
+    run(api.request(flow))
     api.response(flow)
     assert not events(ev, "fault_injected")
     (call,) = events(ev, "llm_call")
@@ -199,7 +209,7 @@ def test_ledger_reports_calls_once_and_names_results(proxy_addons):
     api.ledger.on_tool_call.append(lambda flow, call: seen.append(("call", call.name)))
     api.ledger.on_tool_result.append(lambda flow, result: seen.append(("result", result.id, result.ok)))
     first = model_flow({"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "go"}]})
-    asyncio.run(api.request(first))
+    run(api.request(first))
     answer(
         api, first, Turn(tool_calls=[ToolUse("mcp__fs__write", {"path": "x", "api_key": "sk-1"}, id="t1")])
     )
@@ -216,7 +226,7 @@ def test_ledger_reports_calls_once_and_names_results(proxy_addons):
     ]
     for extra in ([], [{"role": "assistant", "content": "retrying"}, {"role": "user", "content": "ok"}]):
         flow = model_flow({"model": "claude-sonnet-4-6", "messages": history + extra})
-        asyncio.run(api.request(flow))
+        run(api.request(flow))
         answer(api, flow, Turn(text="done"))
     (call,) = events(ev, "tool_call")
     assert call["tool"] == "mcp__fs__write" and call["tool_key"] == "write" and call["call_id"] == "t1"

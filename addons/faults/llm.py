@@ -13,7 +13,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
 from mitmproxy import ctx, http
@@ -101,10 +101,15 @@ STATUS_TEXT = {500: "Internal server error", 502: "Bad gateway", 503: "Service u
                529: "Overloaded"}
 
 
-async def inject(state: ChaosState, call: Call, flow: http.HTTPFlow) -> None:
+def inject(state: ChaosState, call: Call, flow: http.HTTPFlow) -> Awaitable[None] | None:
+    """The llm faults' decisions for one call; what it returns is to be awaited, if anything."""
     target = Target(host=pretty_host(flow.request), model=call.request.model)
     if not state.matching(HANDLES, target):
-        return  # no llm fault takes this call: each decision point below would find none
+        return None  # no llm fault takes this call: each decision point would find none
+    return _inject(state, target, call, flow)
+
+
+async def _inject(state: ChaosState, target: Target, call: Call, flow: http.HTTPFlow) -> None:
     failure = state.consider((RATE_LIMIT, UPSTREAM_5XX, TIMEOUT), target, flow)
     if failure is not None and await _fail(state, failure, call, flow):
         return
