@@ -10,7 +10,6 @@ fault, the policy) are still recorded, since probes count calls; they are never 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -126,7 +125,7 @@ class ModelAPI:
                 call.reply.event(event)
             return
         try:
-            call.reply.json(json.loads(body))
+            call.reply.json(providers.parse_json(body))
         except ValueError:
             pass
 

@@ -208,3 +208,20 @@ def test_model_server_responses_stream_ends_with_response_completed():
     events = _events("openai-responses", Turn(text="x"), {"model": "gpt-5"})
     assert events[0].event == "response.created" and events[-1].event == "response.completed"
     assert [json.loads(e.data)["sequence_number"] for e in events] == list(range(len(events)))
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model": "m", "messages": [{"role": "user", "content": "caf\\u00e9 \xe2\x98\x83"}]}',
+    b'{"lone": "\\ud800", "nan": NaN, "big": 123456789012345678901234567890, "dup": 1, "dup": 2}',
+    '{"bom": 1}'.encode("utf-8-sig"),
+    '{"wide": "\u00e9"}'.encode("utf-16"),
+    b'[1e400, -0.0, 0.1]',
+])
+def test_parse_json_reads_what_json_reads(body):
+    assert repr(providers.parse_json(body)) == repr(json.loads(body))
+
+
+@pytest.mark.parametrize("body", [b"", b"{", b"[1] x", b"\xff"])
+def test_parse_json_refuses_what_json_refuses(body):
+    with pytest.raises(ValueError):
+        providers.parse_json(body)

@@ -7,11 +7,10 @@ trims conversations and builds the provider's own error bodies.
 
 from __future__ import annotations
 
-import json
 
 from mitmchaos.addons.headers import content
 from mitmchaos.addons.providers.anthropic import Anthropic
-from mitmchaos.addons.providers.common import CallRequest, Reply, ToolCall, ToolResult
+from mitmchaos.addons.providers.common import CallRequest, Reply, ToolCall, ToolResult, parse_json
 from mitmchaos.addons.providers.openai_chat import OpenAIChat
 from mitmchaos.addons.providers.openai_responses import OpenAIResponses
 from mitmchaos.addons.providers.sse import SSEEvent, SSEParser
@@ -34,7 +33,7 @@ def model_call(request):
         return None
     try:
         # bytes: JSON is UTF-8, and json reads bytes without get_text's charset lookup
-        body = json.loads(content(request) or b"")
+        body = parse_json(content(request) or b"")
     except ValueError:
         return None
     return (provider, body) if isinstance(body, dict) else None
@@ -53,4 +52,5 @@ __all__ = [
     "ToolResult",
     "SSEEvent",
     "SSEParser",
+    "parse_json",
 ]

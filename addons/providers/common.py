@@ -7,9 +7,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import from_json
+
 from mitmchaos.addons.providers.sse import SSEEvent
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
+def parse_json(body: bytes) -> Any:
+    """``json.loads(body)``, by pydantic's Rust parser (~4x faster on a model call's body); json
+    decides what that one refuses (lone surrogate escapes, UTF-16 and -32 bodies)."""
+    try:
+        return from_json(body)
+    except ValueError:
+        return json.loads(body)
 
 
 @dataclass(frozen=True)
