@@ -27,11 +27,16 @@ MATCHING_CACHE_SIZE = 4096  # (ids, target) pairs remembered by ChaosState.match
 
 def pretty_host(request) -> str:
     """``request.pretty_host``: the addons ask for it several times per request, so its parse is cached."""
-    from mitmchaos.addons.headers import header  # here: the resolver and the gate never call it
+    from mitmchaos.addons.headers import header  # here: the sandboxed gate has this module, not that one
 
-    authority = request.authority if request.is_http2 or request.is_http3 else ""
-    authority = authority or header(request.headers, "host")  # request.host_header, through the index
+    data = request.data
+    # request.host_header: the authority of HTTP/2 and /3, else (or if empty) the Host header
+    authority = request.authority if data.http_version in _AUTHORITY_VERSIONS else ""
+    authority = authority or header(data.headers, "host")
     return _authority_host(authority) if authority else request.host
+
+
+_AUTHORITY_VERSIONS = (b"HTTP/2.0", b"HTTP/3")
 
 
 @lru_cache(maxsize=1024)
