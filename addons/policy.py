@@ -36,9 +36,13 @@ def judge(policy: PolicySpec, host: str) -> Verdict | None:
     return None
 
 
+VERDICTS_KEPT = 4096  # hosts whose verdict is remembered; a plan's traffic reaches few
+
+
 class EgressPolicy:
     def __init__(self, core) -> None:
         self.core = core
+        self._judged: tuple[PolicySpec | None, dict[str, Verdict | None]] = (None, {})  # per policy
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         self._check(flow, [flow.request.host])
@@ -53,7 +57,7 @@ class EgressPolicy:
         if flow.response or state is None or state.plan.policy is None:
             return
         policy = state.plan.policy
-        verdict = next(filter(None, (judge(policy, h) for h in hosts)), None)
+        verdict = next(filter(None, (self._judge(policy, h) for h in hosts)), None)
         if verdict is None:
             return
         enforce = policy.mode == "enforce"
@@ -67,3 +71,13 @@ class EgressPolicy:
             403, f"mitmchaos egress policy: blocked {verdict.host}: {verdict.reason} (rule {verdict.rule})\n",
             {"Content-Type": "text/plain; charset=utf-8"})
         flow.response.reason = f"Blocked by egress policy: {verdict.host} ({verdict.rule})"
+
+    def _judge(self, policy: PolicySpec, host: str) -> Verdict | None:
+        """``judge``, remembered: every request asks again about the same few hosts."""
+        judged_policy, verdicts = self._judged
+        if judged_policy is not policy or len(verdicts) >= VERDICTS_KEPT:
+            verdicts = {}
+            self._judged = (policy, verdicts)
+        if host not in verdicts:
+            verdicts[host] = judge(policy, host)
+        return verdicts[host]
