@@ -6,9 +6,10 @@ comment names the fault and canary; the machine-readable record goes to metadata
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mitmproxy import http
+if TYPE_CHECKING:
+    from mitmproxy import http
 
 METADATA_KEY = "mitmchaos"
 MARK = ":boom:"

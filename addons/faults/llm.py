@@ -16,8 +16,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
-from mitmproxy import ctx, http
-from mitmproxy.connection import ConnectionState
 from pydantic import Field, model_validator
 
 from mitmchaos.addons.annotate import annotate
@@ -25,6 +23,8 @@ from mitmchaos.addons.faults import FaultOptions, FaultType, register
 from mitmchaos.addons.state import Target, pretty_host
 
 if TYPE_CHECKING:
+    from mitmproxy import http
+
     from mitmchaos.addons.model_api import Call
     from mitmchaos.addons.state import ChaosState, Injection
 
@@ -155,6 +155,8 @@ async def _fail(state: ChaosState, injection: Injection, call: Call, flow: http.
     if not state.grant_latency(injection, opts.hang_s):
         return False
     _applied(injection, call, flow, f"hang up to {opts.hang_s:g}s", hang_s=opts.hang_s)
+    from mitmproxy.connection import ConnectionState
+
     started = time.monotonic()
     # Held until the agent gives up (closes its side) or hang_s passes, then dropped.
     while time.monotonic() - started < opts.hang_s and flow.client_conn.state & ConnectionState.CAN_READ:
@@ -167,6 +169,8 @@ async def _fail(state: ChaosState, injection: Injection, call: Call, flow: http.
 
 def error_response(provider, status: int, message: str, retry_after_s: float | None = None) -> http.Response:
     """The provider's own error body and headers (rate-limit headers and retry-after for 429s)."""
+    from mitmproxy import http
+
     body, headers = provider.error(status, message)
     if retry_after_s is not None:
         headers.update(provider.rate_limit_headers(retry_after_s))
@@ -219,6 +223,8 @@ def _connection_handler(flow: http.HTTPFlow):
 
     Private mitmproxy 12 internals (the version is pinned in pyproject.toml).
     """
+    from mitmproxy import ctx
+
     return ctx.master.addons.get("proxyserver").connections.get(flow.client_conn.id)
 
 
