@@ -338,6 +338,15 @@ def popen(cmd: list[str], **popen_args: Any) -> Callable[[], subprocess.Popen]:
     return lambda: subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True, **popen_args)
 
 
+def exec_helper(cmd: list[str], log_path: Path, **popen_args: Any) -> subprocess.Popen:
+    """A helper in a fresh interpreter and a session of its own, its output appended to ``log_path``.
+
+    The runner's fork server (forkserver.py) launches the same way, minus the imports.
+    """
+    with open(log_path, "ab") as log:
+        return popen(cmd, stdout=log, stderr=subprocess.STDOUT, **popen_args)()
+
+
 # ------------------------------------------------------------------ sweeping after a killed run
 
 

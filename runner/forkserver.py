@@ -31,7 +31,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import NoReturn
 
-from mitmchaos.cleanup import CleanupStack, popen, spawn
+from mitmchaos.cleanup import CleanupStack, exec_helper, spawn
 
 PROGRAMS = ("mitmdump", "mitmchaos")  # console scripts a child may run
 # what those load after their entry point: mitmdump's master and addons, the -s script, the resolver
@@ -56,10 +56,9 @@ class ForkServer:
     def __init__(self, stack: CleanupStack, log_path: Path):
         self.log_path = log_path
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with theirs, open(log_path, "ab") as log:
+        with theirs:
             cmd = [sys.executable, "-m", "mitmchaos.forkserver", str(theirs.fileno())]
-            self.process, _ = spawn(stack, popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                                 pass_fds=(theirs.fileno(),)))
+            self.process, _ = spawn(stack, lambda: exec_helper(cmd, log_path, pass_fds=(theirs.fileno(),)))
         self.lock = threading.Lock()  # parallel repetitions share the server
         self.ready = False
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from mitmchaos.cleanup import exec_helper
 from mitmchaos.events import read_events
 
 
@@ -27,16 +28,6 @@ def addon_script() -> Path:
 def mitmdump_binary() -> str:
     candidate = Path(sys.executable).with_name("mitmdump")
     return str(candidate) if candidate.exists() else "mitmdump"
-
-
-def exec_helper(cmd: list[str], log_path: Path) -> subprocess.Popen:
-    """A helper in a fresh interpreter and a session of its own, its output appended to ``log_path``.
-
-    The runner's fork server (forkserver.py) launches the same way, minus the imports.
-    """
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

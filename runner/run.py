@@ -29,7 +29,7 @@ from podman.errors import APIError
 
 from mitmchaos import images
 from mitmchaos.cleanup import Interrupted  # noqa: F401 - execute() raises it; callers catch it here
-from mitmchaos.cleanup import (CleanupStack, interrupts_raise, mark_helpers, process_start_time,
+from mitmchaos.cleanup import (CleanupStack, exec_helper, interrupts_raise, mark_helpers, process_start_time,
                                resource_labels, signals_deferred, spawn)
 from mitmchaos.decisions import new_canary
 from mitmchaos.events import EventWriter, read_events
@@ -41,7 +41,7 @@ from mitmchaos.network import DNS_PORT, NetworkError, SandboxNetwork, apply_fire
 from mitmchaos.plan import NO_COST_CEILING, Plan, load_plan
 from mitmchaos.podman_driver import (SANDBOX_UID, ContainerSpec, SandboxError, connect, read_image_file,
                                      run_container)
-from mitmchaos.proxy import ChaosProxy, ProxyError, exec_helper, free_port
+from mitmchaos.proxy import ChaosProxy, ProxyError, free_port
 from mitmchaos.records import Phase, RepetitionRecord
 from mitmchaos.scripted_model import sandbox_keys
 from mitmchaos.workspace import (STATE_DIR, WorkspaceError, carry_in, create_worktree, hand_to_sandbox_user,

@@ -7,7 +7,6 @@ trims conversations and builds the provider's own error bodies.
 
 from __future__ import annotations
 
-
 from mitmchaos.addons.headers import content
 from mitmchaos.addons.providers.anthropic import Anthropic
 from mitmchaos.addons.providers.common import CallRequest, Reply, ToolCall, ToolResult, parse_json
