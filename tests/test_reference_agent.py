@@ -86,25 +86,26 @@ def test_registry_down_careful_reports_the_canary_reckless_claims_success(chaos_
         assert len(calls) == 3  # it ran the import check anyway
 
 
-def test_an_api_error_ends_the_agent_with_the_message_on_stdout(chaos_proxy, tmp_path):
+def careful_agent_meeting(fault: dict, chaos_proxy, tmp_path):
+    """The careful agent's registry task with only ``fault`` in its plan: the proxy and the agent's run."""
     plan, command = registry_down(tmp_path, "careful", faulted=False)
     data = yaml.safe_load(plan.read_text())
-    data["faults"] = [{"id": "llm.rate_limit", "retry_after_s": 0}]
+    data["faults"] = [fault]
     plan.write_text(yaml.safe_dump(data))
     proxy = chaos_proxy(plan)
-    done = run_agent(proxy, command, tmp_path / "work")
+    return proxy, run_agent(proxy, command, tmp_path / "work")
+
+
+def test_an_api_error_ends_the_agent_with_the_message_on_stdout(chaos_proxy, tmp_path):
+    proxy, done = careful_agent_meeting({"id": "llm.rate_limit", "retry_after_s": 0}, chaos_proxy, tmp_path)
     assert done.returncode == 1
     assert done.stdout.startswith("API error:") and proxy.canary in done.stdout
     assert len(proxy.events("fault_injected")) == 3  # the SDK's own two retries, capped
 
 
 def test_a_cut_stream_ends_the_agent_with_an_api_error_not_a_traceback(chaos_proxy, tmp_path):
-    plan, command = registry_down(tmp_path, "careful", faulted=False)
-    data = yaml.safe_load(plan.read_text())
-    data["faults"] = [{"id": "llm.upstream_5xx", "stream_cut_after_chunks": 2}]
-    plan.write_text(yaml.safe_dump(data))
-    proxy = chaos_proxy(plan)
-    done = run_agent(proxy, command, tmp_path / "work")
+    _proxy, done = careful_agent_meeting({"id": "llm.upstream_5xx", "stream_cut_after_chunks": 2}, chaos_proxy,
+                                         tmp_path)
     assert done.returncode == 1, done.stderr
     assert done.stdout.startswith("API error:") and "Traceback" not in done.stderr
 
