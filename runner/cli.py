@@ -209,6 +209,19 @@ def cleanup(force: bool) -> None:
         click.echo(f"removed {line}")
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def proxy(args) -> None:
+    """The runner's proxy: mitmproxy with the addons built in (--help for its options).
+
+    mitmchaos proxy --set chaos_plan=plans/llm-429.yaml --set chaos_events=events.jsonl
+    """
+    from mitmchaos.proxyhost import main as proxy_main
+
+    sys.exit(proxy_main(list(args)))
+
+
 @main.command()
 @click.option("--plan", "plan_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The plan.")
