@@ -1,6 +1,6 @@
 """A run's fork server: one process that has imported the helpers' code forks each helper.
 
-A repetition's mitmdump spent about a second importing mitmproxy and the addons before it
+A repetition's proxy spent about a second importing mitmproxy and the addons before it
 could listen, and its resolver half as much, every repetition again. The run starts this
 server once instead: it imports that code, then for each request forks a child that runs
 the named console script (``mitmdump`` or ``mitmchaos``) with the given arguments, as the
@@ -34,8 +34,10 @@ from typing import NoReturn
 from mitmchaos.cleanup import CleanupStack, exec_helper, spawn
 
 PROGRAMS = ("mitmdump", "mitmchaos")  # console scripts a child may run
-# what those load after their entry point: mitmdump's master and addons, the -s script, the resolver
-PRELOAD = ("mitmproxy.tools.dump", "mitmchaos.addons.chaos", "mitmchaos.resolver", "mitmchaos.plan")
+# what those load after their entry point: the proxy hosts (mitmchaos proxy, mitmdump and its -s
+# script), the resolver
+PRELOAD = ("mitmchaos.proxyhost", "mitmproxy.tools.dump", "mitmchaos.addons.chaos", "mitmchaos.resolver",
+           "mitmchaos.plan")
 READY = b"ready"
 MESSAGE_MAX = 1 << 20
 STATUS_LOST = 255  # the server died before it could report a child's exit status
@@ -227,7 +229,7 @@ def _child(request: dict, main, inherited: list) -> NoReturn:
             os.close(item) if isinstance(item, int) else item.close()
         os.setsid()
         _redirect(request["log"])  # first, so that what goes wrong next is in the helper's log
-        Path("/proc/self/comm").write_text(Path(request["argv"][0]).name[:15])  # what ps and top show
+        Path("/proc/self/comm").write_text(_process_name(request["argv"]))
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -242,6 +244,12 @@ def _child(request: dict, main, inherited: list) -> NoReturn:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         os._exit(code)
+
+
+def _process_name(argv: list[str]) -> str:
+    """What ps and top show: the program, and for mitmchaos its subcommand ("mitmchaos proxy")."""
+    name = Path(argv[0]).name
+    return (f"{name} {argv[1]}" if name == "mitmchaos" and len(argv) > 1 else name)[:15]
 
 
 def _run_main(main) -> int:

@@ -43,7 +43,7 @@ from mitmchaos.monitor import AbortMonitor
 from mitmchaos.network import create_network
 from mitmchaos.plan import Plan, load_plan, parse_plan_text
 from mitmchaos.podman_driver import SANDBOX_UID
-from mitmchaos.proxy import ChaosProxy, addon_script
+from mitmchaos.proxy import ChaosProxy
 from mitmchaos.records import RepetitionRecord
 from mitmchaos.run import (CA_BUNDLE, EVENTS_IN_SANDBOX, PLAN_IN_SANDBOX, PROVIDER_KEYS, Repetition,
                            RepetitionFailed, _make_ca, _tail, absolute_stand_in_paths, new_run_id, proxy_options,
@@ -57,7 +57,6 @@ STATE = "/mitmchaos/state"  # the artifacts: events.jsonl, agent.out, verify.out
 PLAN = "/mitmchaos/plan/plan.yaml"
 CA_DIR = "/mitmchaos/ca"  # the proxy's confdir
 PROJECT = "/mitmchaos/project"  # rendered Jobs: the project, copied into each Pod's workspace
-IMAGE_ADDON = "/opt/mitmchaos/chaos.py"  # the addon script in the proxy image (Containerfile.proxy)
 KEYS_SECRET = "mitmchaos-keys"  # rendered Jobs: provider keys, by variable name, if the plan needs them
 SIDECARS_LOADED_S = 60
 
@@ -111,11 +110,11 @@ def _security(uid: int, add: tuple[str, ...] = ()) -> dict:
 
 
 def proxy_args(record: RepetitionRecord, index: int) -> list[str]:
-    """mitmdump's command line in the proxy sidecar: the runner's, with the image's paths."""
+    """The proxy sidecar's command line: the runner's, with the image's paths."""
     proxy = ChaosProxy(workdir=Path(STATE), plan=Path(PLAN), canary=record.canary, run_id=record.run_id,
                        port=PROXY_PORT, options=proxy_options(index, f"{STATE}/flows.mitm"))
-    in_image = {str(addon_script()): IMAGE_ADDON, f"confdir={proxy.confdir}": f"confdir={CA_DIR}"}
-    return ["mitmdump", *[in_image.get(arg, arg) for arg in proxy.command()[1:]]]
+    in_image = {f"confdir={proxy.confdir}": f"confdir={CA_DIR}"}
+    return ["mitmchaos", *[in_image.get(arg, arg) for arg in proxy.command()[1:]]]
 
 
 def pod_spec(plan: Plan, record: RepetitionRecord, index: int, sandbox_image: str, proxy_image: str,

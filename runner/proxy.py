@@ -1,4 +1,4 @@
-"""Start and stop a real mitmdump loaded with the mitmchaos addons.
+"""Start and stop a real proxy with the mitmchaos addons: `mitmchaos proxy`, or mitmdump -s.
 
 Used by the runner (one proxy per repetition), the pytest plugin and the tests. The
 proxy's CA lives in its own confdir, so nothing touches ~/.mitmproxy.
@@ -25,9 +25,14 @@ def addon_script() -> Path:
     return Path(str(resources.files("mitmchaos.addons").joinpath("chaos.py")))
 
 
+def console_script(name: str) -> str:
+    """A console script of this environment (mitmdump, mitmchaos), else the one on PATH."""
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
 def mitmdump_binary() -> str:
-    candidate = Path(sys.executable).with_name("mitmdump")
-    return str(candidate) if candidate.exists() else "mitmdump"
+    return console_script("mitmdump")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -42,7 +47,7 @@ class ProxyError(RuntimeError):
 
 @dataclass
 class ChaosProxy:
-    """A running mitmdump. ``env()`` gives the variables a client needs to go through it."""
+    """A running proxy. ``env()`` gives the variables a client needs to go through it."""
 
     workdir: Path
     plan: Path | None
@@ -52,11 +57,17 @@ class ChaosProxy:
     port: int = 0
     options: dict[str, str] = field(default_factory=dict)
     launch: Callable[[list[str], Path], subprocess.Popen] = field(default=exec_helper, repr=False)
+    # `mitmchaos proxy` (runner/proxyhost.py) unless asked for mitmdump -s addons/chaos.py
+    via_mitmdump: bool = False
     process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def name(self) -> str:
+        return "mitmdump" if self.via_mitmdump else "mitmchaos proxy"
 
     @property
     def confdir(self) -> Path:
@@ -75,10 +86,11 @@ class ChaosProxy:
         return self.workdir / "proxy.log"
 
     def command(self) -> list[str]:
-        cmd = [mitmdump_binary(), "--listen-host", self.host, "--listen-port", str(self.port),
-               "--set", f"confdir={self.confdir}", "-s", str(addon_script()),
-               "--set", f"chaos_events={self.events_path}", "--set", f"chaos_canary={self.canary}",
-               "--set", f"chaos_run_id={self.run_id}"]
+        host = [mitmdump_binary(), "-s", str(addon_script())] if self.via_mitmdump else [
+            console_script("mitmchaos"), "proxy"]
+        cmd = [*host, "--listen-host", self.host, "--listen-port", str(self.port),
+               "--set", f"confdir={self.confdir}", "--set", f"chaos_events={self.events_path}",
+               "--set", f"chaos_canary={self.canary}", "--set", f"chaos_run_id={self.run_id}"]
         if self.plan is not None:
             cmd += ["--set", f"chaos_plan={self.plan}"]
         for key, value in self.options.items():
@@ -93,12 +105,14 @@ class ChaosProxy:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise ProxyError(f"mitmdump exited with {self.process.returncode} at start-up:\n{self.log_text()}")
+                raise ProxyError(f"{self.name} exited with {self.process.returncode} at start-up:\n"
+                                 f"{self.log_text()}")
             if self._plan_announced() and self.ca_path.exists() and _listening(self.host, self.port):
                 return self
             time.sleep(0.01)  # it comes up within ~0.15 s from the fork server
         self.stop()
-        raise ProxyError(f"mitmdump did not listen on {self.host}:{self.port} within {timeout}s:\n{self.log_text()}")
+        raise ProxyError(f"{self.name} did not listen on {self.host}:{self.port} within {timeout}s:\n"
+                         f"{self.log_text()}")
 
     def _plan_announced(self) -> bool:
         # the addons load the plan asynchronously to the listener coming up; the events file may be

@@ -1,4 +1,4 @@
-"""pytest plugin: run tests against a real mitmdump loaded with a mitmchaos plan.
+"""pytest plugin: run tests against a real proxy (`mitmchaos proxy`) loaded with a mitmchaos plan.
 
 The package registers it (entry point ``pytest11``), so it is active wherever mitmchaos
 is installed. Two ways in:
@@ -14,7 +14,7 @@ is installed. Two ways in:
         proxy = chaos_proxy("plans/llm-429.yaml", connection_strategy="lazy")
 
 ``chaos_proxy(plan, **options)`` takes a plan file path or a dict (written to YAML for
-you), starts mitmdump on a free loopback port with the addons, and stops it after the
+you), starts the proxy on a free loopback port with the addons, and stops it after the
 test. Keyword arguments become ``--set`` options; ``connection_strategy=lazy`` is the
 default, so flows the addons answer never contact an upstream. The proxy object has
 ``url``, ``ca_path``, ``canary``, ``events(type)``, ``env()`` and ``expect()``.

@@ -1,7 +1,7 @@
 """``mitmchaos run``: baseline repetitions, then faulted ones, each in its own sandbox.
 
 A repetition gets a run id and a canary, a fresh worktree of HEAD, its own internal
-network and firewall, its own mitmdump and resolver bound on the network's gateway, and
+network and firewall, its own proxy and resolver bound on the network's gateway, and
 then the agent and verify in locked-down containers. Baseline repetitions run the same
 plan with every fault's probability set to 0: stand-ins and policy still answer, no fault
 fires. Everything a repetition set up is undone on the way out, whatever stops it; see
@@ -41,7 +41,7 @@ from mitmchaos.network import DNS_PORT, NetworkError, SandboxNetwork, apply_fire
 from mitmchaos.plan import NO_COST_CEILING, Plan, load_plan
 from mitmchaos.podman_driver import (SANDBOX_UID, ContainerSpec, SandboxError, connect, read_image_file,
                                      run_container)
-from mitmchaos.proxy import ChaosProxy, ProxyError, free_port
+from mitmchaos.proxy import ChaosProxy, ProxyError, console_script, free_port
 from mitmchaos.records import Phase, RepetitionRecord
 from mitmchaos.scripted_model import sandbox_keys
 from mitmchaos.workspace import (STATE_DIR, WorkspaceError, carry_in, create_worktree, hand_to_sandbox_user,
@@ -386,7 +386,7 @@ class Repetition:
         self.stack.update(self.undo_proxy, pid=pid, start_time=process_start_time(pid))
 
     def _spawn_resolver(self, net: SandboxNetwork, plan_file: Path) -> None:
-        cmd = resolver_command(str(Path(sys.executable).with_name("mitmchaos")), str(plan_file),
+        cmd = resolver_command(console_script("mitmchaos"), str(plan_file),
                                str(self.events_path), f"{net.gateway}:{DNS_PORT}", self.record, self.index)
         log_path = self.scratch / "resolver.log"
         self.resolver, self.undo_resolver = spawn(self.stack, lambda: self.s.launch(cmd, log_path))

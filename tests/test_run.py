@@ -115,9 +115,9 @@ def test_abort_condition_stops_the_sandbox_and_ends_the_run(tmp_path, condition)
 def test_a_proxy_crash_mid_run_fails_the_repetition_with_the_error(tmp_path):
     run, project, before = start_run(tmp_path, "sleep 30", verify="true")
     run.wait_for("baseline: agent")
-    mitmdumps = [pid for pid, shown in run_processes(tmp_path).items() if shown.startswith("mitmdump:")]
-    assert len(mitmdumps) == 1
-    os.kill(mitmdumps[0], signal.SIGKILL)
+    proxies = [pid for pid, shown in run_processes(tmp_path).items() if shown.startswith("mitmchaos proxy:")]
+    assert len(proxies) == 1
+    os.kill(proxies[0], signal.SIGKILL)
     code = run.finish()
     assert code == 1, run.stderr
     report = json.loads((tmp_path / "report.json").read_text())
