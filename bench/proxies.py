@@ -1,9 +1,10 @@
-"""The three paths a request can take in a benchmark: direct, bare mitmdump, mitmdump with the suite.
+"""The paths a request can take in a benchmark: direct, bare mitmdump, and the addons in their
+two hosts, mitmdump -s addons/chaos.py ("suite") and `mitmchaos proxy` ("mitmchaos", the runner's).
 
-Both proxies are ``ChaosProxy`` (runner/proxy.py) with the runner's connection options; the
-bare one only drops the addon script and its options. HTTPS runs mitmdump in reverse mode:
-the client speaks TLS to mitmdump and trusts its CA, mitmdump speaks plain HTTP to the
-loopback upstream, so the figure is the cost of terminating the agent's TLS.
+All are ``ChaosProxy`` (runner/proxy.py) with the runner's connection options; the bare one
+only drops the addons and their options. HTTPS runs the proxy in reverse mode: the client
+speaks TLS to it and trusts its CA, it speaks plain HTTP to the loopback upstream, so the
+figure is the cost of terminating the agent's TLS.
 """
 
 from __future__ import annotations
@@ -37,14 +38,19 @@ class BareMitmdump(ChaosProxy):
         return cmd
 
 
-def start_proxy(workdir: Path, suite: bool, **options: str) -> ChaosProxy:
-    kind = ChaosProxy if suite else BareMitmdump
+HOSTS = ("bare", "suite", "mitmchaos")
+
+
+def start_proxy(workdir: Path, host: str, **options: str) -> ChaosProxy:
+    """``host``: one of HOSTS."""
+    kind = BareMitmdump if host == "bare" else ChaosProxy
     proxy = kind(
         workdir=workdir,
-        plan=PLAN if suite else None,
+        plan=None if host == "bare" else PLAN,
         canary=new_canary(),
         run_id="bench",
         options={**RUNNER_OPTIONS, **options},
+        via_mitmdump=host != "mitmchaos",
     )
     return proxy.start()
 

@@ -1,5 +1,6 @@
-"""Request overhead: small non-streaming /v1/messages calls, direct vs bare mitmdump vs the suite,
-over HTTP (forward proxy) and HTTPS (reverse mode), in interleaved rounds."""
+"""Request overhead: small non-streaming /v1/messages calls, direct vs bare mitmdump vs the addons
+in mitmdump (suite) and in `mitmchaos proxy` (mitmchaos), over HTTP (forward proxy) and HTTPS
+(reverse mode), in interleaved rounds."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.client import Route, direct, forward, message_body, reverse_tls
-from bench.proxies import cpu_seconds, start_proxy
+from bench.proxies import HOSTS, cpu_seconds, start_proxy
 from bench.results import Figure, median, paired_ratio, percentile, spread
 from bench.upstream import Upstream
 
@@ -50,16 +51,14 @@ def run(rounds: int = 10, requests: int = 150) -> list[Figure]:
         upstream = stack.enter_context(Upstream())
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mitmchaos-bench-")))
         routes = [direct(upstream.url)]
-        for suite in (False, True):
-            name = "suite" if suite else "bare"
-            proxy = start_proxy(workdir / f"{name}-http", suite)
+        for host in HOSTS:
+            proxy = start_proxy(workdir / f"{host}-http", host)
             stack.callback(proxy.stop)
-            routes.append(forward(f"{name} HTTP", proxy, upstream.url))
-        for suite in (False, True):
-            name = "suite" if suite else "bare"
-            proxy = start_proxy(workdir / f"{name}-https", suite, mode=f"reverse:{upstream.url}")
+            routes.append(forward(f"{host} HTTP", proxy, upstream.url))
+        for host in HOSTS:
+            proxy = start_proxy(workdir / f"{host}-https", host, mode=f"reverse:{upstream.url}")
             stack.callback(proxy.stop)
-            routes.append(reverse_tls(f"{name} HTTPS", proxy))
+            routes.append(reverse_tls(f"{host} HTTPS", proxy))
         conns = {route.name: stack.enter_context(closing(route.connect())) for route in routes}
         for route in routes:
             for _ in range(WARM_UP):
@@ -75,7 +74,7 @@ def figures(results: dict[str, list[Round]]) -> list[Figure]:
     out = []
     for name, rounds in results.items():
         kind, transport = name.split()
-        reference = {"suite": f"bare {transport}", "bare": "direct HTTP"}.get(kind)
+        reference = "direct HTTP" if kind == "bare" else None if kind == "direct" else f"bare {transport}"
         for metric, label, unit in (
             ("throughput", "throughput", "req/s"),
             ("p50_ms", "p50 latency", "ms"),
@@ -89,9 +88,10 @@ def figures(results: dict[str, list[Round]]) -> list[Figure]:
             if reference and not (kind == "bare" and metric == "proxy_cpu_ms"):  # direct has no proxy
                 figure.ratio = paired_ratio(values, [getattr(r, metric) for r in results[reference]])
                 figure.goal = f"vs {reference.split()[0]}"
-            if kind == "suite" and metric == "throughput":
+            addons = kind in ("suite", "mitmchaos")
+            if addons and metric == "throughput":
                 figure.goal, figure.met = f"≥ {THROUGHPUT_GOAL:.2f}× bare", figure.ratio >= THROUGHPUT_GOAL
-            elif kind == "suite" and metric == "p50_ms":
+            elif addons and metric == "p50_ms":
                 figure.goal, figure.met = f"≤ {LATENCY_GOAL:.2f}× bare", figure.ratio <= LATENCY_GOAL
             out.append(figure)
     return out

@@ -1,6 +1,7 @@
 """Streaming: time to first chunk and the gaps between chunks of an SSE stream the upstream emits
 on a schedule, direct vs bare mitmdump (buffering, its default), bare mitmdump with streaming on,
-and the suite; then the proxies' peak RSS over the run (VmHWM)."""
+and the addons in mitmdump (suite) and in `mitmchaos proxy` (mitmchaos); then the proxies' peak
+RSS over the run (VmHWM)."""
 
 from __future__ import annotations
 
@@ -47,12 +48,13 @@ def run(rounds: int = 6, chunk_delay_s: float = 0.05) -> list[Figure]:
         upstream = stack.enter_context(Upstream(words=WORDS, chunk_delay_s=chunk_delay_s))
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mitmchaos-bench-")))
         routes, proxies = [direct(upstream.url)], {}
-        for name, suite, options in (
-            ("bare buffering", False, {}),
-            ("bare streaming", False, {"stream_large_bodies": "1"}),
-            ("suite", True, {}),
+        for name, host, options in (
+            ("bare buffering", "bare", {}),
+            ("bare streaming", "bare", {"stream_large_bodies": "1"}),
+            ("suite", "suite", {}),
+            ("mitmchaos", "mitmchaos", {}),
         ):
-            proxy = start_proxy(workdir / name.replace(" ", "-"), suite, **options)
+            proxy = start_proxy(workdir / name.replace(" ", "-"), host, **options)
             stack.callback(proxy.stop)
             proxies[name] = proxy
             routes.append(forward(name, proxy, upstream.url))
@@ -80,7 +82,7 @@ def stream_figures(results: dict[str, list[Stream]], chunk_delay_s: float) -> li
             figure.ratio = median([f / d for f, d in zip(first, direct_first, strict=True)])
             figure.goal = "vs direct"
             figure.note = f"{median(after):+.1f} ms after direct (median of paired differences)"
-            if name == "suite":
+            if name in ("suite", "mitmchaos"):
                 bare_first = [s.first_chunk_ms for s in results["bare streaming"]]
                 figure.note += (
                     f", {median([f - b for f, b in zip(first, bare_first)]):+.1f} ms after bare streaming"
@@ -122,7 +124,7 @@ def stream_figures(results: dict[str, list[Stream]], chunk_delay_s: float) -> li
 
 def memory_figures(warm_rss: dict[str, float], peak_rss: dict[str, float]) -> list[Figure]:
     out = []
-    for name in ("bare streaming", "suite"):
+    for name in ("bare streaming", "suite", "mitmchaos"):
         figure = Figure(
             "memory",
             f"{name}: proxy peak RSS (VmHWM)",
@@ -130,7 +132,7 @@ def memory_figures(warm_rss: dict[str, float], peak_rss: dict[str, float]) -> li
             "MiB",
             note=f"{peak_rss[name] - warm_rss[name]:+.1f} MiB over the streams after warm-up",
         )
-        if name == "suite":
+        if name != "bare streaming":
             figure.ratio, figure.goal = (
                 peak_rss[name] / peak_rss["bare streaming"],
                 "vs bare (no goal in #11)",
