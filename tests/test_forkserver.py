@@ -50,11 +50,11 @@ def test_a_forked_program_exits_as_its_console_script_would(server, tmp_path):
 
 def test_a_forked_proxy_serves_and_stops_as_it_would_run_alone(server, tmp_path):
     (tmp_path / "plan.yaml").write_text(PLAN)
-    proxy = ChaosProxy(tmp_path / "proxy", tmp_path / "plan.yaml", "E-CHAOS-0123abcd", "forked",
-                       launch=server.launch).start()
-    assert [e["component"] for e in proxy.events("plan_loaded")] == ["proxy"]
-    assert Path(f"/proc/{proxy.process.pid}/comm").read_text().strip() == "mitmchaos proxy"  # ps
-    assert proxy.stop() == 0  # SIGTERM: the graceful exit
+    with ChaosProxy(tmp_path / "proxy", tmp_path / "plan.yaml", "E-CHAOS-0123abcd", "forked",
+                    launch=server.launch) as proxy:  # stopped even when an assertion fails
+        assert [e["component"] for e in proxy.events("plan_loaded")] == ["proxy"]
+        assert Path(f"/proc/{proxy.process.pid}/comm").read_text().strip() == "mitmchaos proxy"  # ps
+        assert proxy.stop() == 0  # SIGTERM: the graceful exit
     assert "listening at" in proxy.log_text()
 
 
