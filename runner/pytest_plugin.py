@@ -16,8 +16,9 @@ is installed. Two ways in:
 ``chaos_proxy(plan, **options)`` takes a plan file path or a dict (written to YAML for
 you), starts the proxy on a free loopback port with the addons, and stops it after the
 test. Keyword arguments become ``--set`` options; ``connection_strategy=lazy`` is the
-default, so flows the addons answer never contact an upstream. The proxy object has
-``url``, ``ca_path``, ``canary``, ``events(type)``, ``env()`` and ``expect()``.
+default, so flows the addons answer never contact an upstream. ``via_mitmdump=True`` runs the
+addons under ``mitmdump -s`` instead, for the options of mitmproxy's other addons. The proxy
+object has ``url``, ``ca_path``, ``canary``, ``events(type)``, ``env()`` and ``expect()``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def pytest_configure(config) -> None:
 def chaos_proxy(tmp_path_factory):
     started: list[ChaosProxy] = []
 
-    def start(plan: str | Path | dict | None = None, **options) -> ChaosProxy:
+    def start(plan: str | Path | dict | None = None, *, via_mitmdump: bool = False, **options) -> ChaosProxy:
         workdir = tmp_path_factory.mktemp("chaos-proxy")
         if isinstance(plan, dict):
             path = workdir / "plan.yaml"
@@ -49,7 +50,8 @@ def chaos_proxy(tmp_path_factory):
         options.setdefault("connection_strategy", "lazy")
         proxy = ChaosProxy(workdir=workdir, plan=Path(plan) if plan else None, canary=new_canary(),
                            run_id=f"pytest-{secrets.token_hex(4)}",
-                           options={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()})
+                           options={k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()},
+                           via_mitmdump=via_mitmdump)
         started.append(proxy)
         return proxy.start()
 

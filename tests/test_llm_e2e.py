@@ -1,5 +1,6 @@
-"""End to end: a real mitmdump with the addons, the official SDKs, and a local fake model
-upstream (runner/model_server.py) streaming with chunked encoding. Loopback only."""
+"""End to end: a real proxy with the addons (`mitmchaos proxy`; some tests under mitmdump -s as
+well), the official SDKs, and a local fake model upstream (runner/model_server.py) streaming
+with chunked encoding. Loopback only."""
 
 import json
 import time
@@ -47,8 +48,12 @@ def types(proxy) -> list[str]:
     return [e["type"] for e in proxy.events()]
 
 
-def test_rate_limit_over_https_honours_retry_after_and_carries_the_canary(chaos_proxy):
-    proxy = chaos_proxy(plan({"id": "llm.rate_limit", "retry_after_s": 1}))
+HOSTS = pytest.mark.parametrize("via_mitmdump", [False, True], ids=["mitmchaos-proxy", "mitmdump-s"])
+
+
+@HOSTS
+def test_rate_limit_over_https_honours_retry_after_and_carries_the_canary(chaos_proxy, via_mitmdump):
+    proxy = chaos_proxy(plan({"id": "llm.rate_limit", "retry_after_s": 1}), via_mitmdump=via_mitmdump)
     started = time.monotonic()
     with pytest.raises(anthropic.RateLimitError) as raised:
         claude(proxy, nowhere(), max_retries=1).messages.create(model=MODEL, max_tokens=10, messages=MESSAGES)
@@ -269,9 +274,11 @@ def test_https_streams_are_parsed_and_cut_through_tls(chaos_proxy, upstream):
     assert call["model"] == MODEL and call["usage"]["input_tokens"] > 0 and call["error"].endswith("(silent)")
 
 
+@HOSTS
 @pytest.mark.parametrize("with_plan", [True, False])
-def test_streams_reach_the_agent_as_they_arrive(chaos_proxy, with_plan):
-    proxy = chaos_proxy(plan({"id": "llm.rate_limit", "match": {"model": "never"}}) if with_plan else None)
+def test_streams_reach_the_agent_as_they_arrive(chaos_proxy, with_plan, via_mitmdump):
+    proxy = chaos_proxy(plan({"id": "llm.rate_limit", "match": {"model": "never"}}) if with_plan else None,
+                        via_mitmdump=via_mitmdump)
     with ModelServer(chunk_delay_s=0.05) as slow:  # 9 text deltas, 50 ms apart
         client = claude(proxy, slow.url)
         with client.messages.stream(model=MODEL, max_tokens=10, messages=MESSAGES) as stream:
