@@ -84,9 +84,9 @@ class ChaosMaster(master.Master):
     """A mitmdump with the suite built in and without the addons a sandboxed run never uses."""
 
     def __init__(self, opts: options.Options) -> None:
-        super().__init__(opts)
+        super().__init__(opts)  # without termlog: the manager it would be added to is replaced here
         self.addons = HandlersOnce(self)
-        self._termlog_addon = termlog.TermLog()
+        self._termlog_addon = termlog.TermLog()  # where Master looks for it at shutdown
         self.addons.add(
             self._termlog_addon,
             core.Core(),
