@@ -23,6 +23,8 @@ RUNNER_OPTIONS = {"connection_strategy": "lazy"}  # as runner/run.py starts its 
 class BareMitmdump(ChaosProxy):
     """mitmdump without the addons, otherwise started and stopped like the suite."""
 
+    name = "mitmdump"  # in its start-up errors
+
     def command(self) -> list[str]:
         cmd = [
             mitmdump_binary(),
@@ -50,7 +52,7 @@ def start_proxy(workdir: Path, host: str, **options: str) -> ChaosProxy:
         canary=new_canary(),
         run_id="bench",
         options={**RUNNER_OPTIONS, **options},
-        via_mitmdump=host != "mitmchaos",
+        via_mitmdump=host == "suite",
     )
     return proxy.start()
 

@@ -74,7 +74,7 @@ def figures(results: dict[str, list[Round]]) -> list[Figure]:
     out = []
     for name, rounds in results.items():
         kind, transport = name.split()
-        reference = "direct HTTP" if kind == "bare" else None if kind == "direct" else f"bare {transport}"
+        reference = {"direct": None, "bare": "direct HTTP"}.get(kind, f"bare {transport}")  # the addons: bare
         for metric, label, unit in (
             ("throughput", "throughput", "req/s"),
             ("p50_ms", "p50 latency", "ms"),
