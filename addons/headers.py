@@ -24,6 +24,24 @@ def names(headers):
     return _index(headers).keys()
 
 
+def set_header(headers, name: str, value: str) -> None:
+    """``headers[name] = value`` (the first field of that name keeps its place, the others go);
+    ``name`` in lower case. The index of the old fields, edited, describes the new ones."""
+    raw_name, raw_value = name.encode("utf-8", "surrogateescape"), value.encode("utf-8", "surrogateescape")
+    kept, found = [], False
+    for field in headers.fields:
+        if field[0].lower() != raw_name:
+            kept.append(field)
+        elif not found:
+            kept.append((field[0], raw_value))
+            found = True
+    if not found:
+        kept.append((raw_name, raw_value))
+    index = {**_index(headers), name: value}
+    headers.fields = fields = tuple(kept)
+    _remember(fields, index)
+
+
 def content(message, strict: bool = False) -> bytes | None:
     """``message.get_content(strict)``, its content-encoding read through the index."""
     if message.raw_content is None or header(message.headers, "content-encoding"):
@@ -36,12 +54,16 @@ def _index(headers) -> dict[str, str]:
     entry = _indexes.get(id(fields))
     if entry is not None and entry[0] is fields:
         return entry[1]
-    if len(_indexes) >= INDEXES_KEPT:
-        _indexes.clear()
     index: dict[str, str] = {}
     for raw_name, raw_value in fields:
         name = raw_name.lower().decode("utf-8", "surrogateescape")  # bytes.lower(), as Headers does
         value = raw_value.decode("utf-8", "surrogateescape")
         index[name] = f"{index[name]}, {value}" if name in index else value  # folded, as Headers.get does
-    _indexes[id(fields)] = (fields, index)
+    _remember(fields, index)
     return index
+
+
+def _remember(fields: tuple, index: dict[str, str]) -> None:
+    if len(_indexes) >= INDEXES_KEPT:
+        _indexes.clear()
+    _indexes[id(fields)] = (fields, index)

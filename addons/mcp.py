@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mitmchaos.addons.annotate import annotate
-from mitmchaos.addons.headers import content, header
+from mitmchaos.addons.headers import content, header, set_header
 from mitmchaos.addons.faults.llm import draw_delay
 from mitmchaos.addons.faults.mcp import ToolsetChangeOptions, change_toolset
 from mitmchaos.addons.faults.tool import error_message, result_rewriters, stale_text
@@ -89,7 +89,7 @@ class McpTraffic:
         )
         self.exchanges[flow.id] = ex
         # an SSE answer is rewritten as it passes, so it must come back uncompressed
-        flow.request.headers["accept-encoding"] = "identity"
+        set_header(flow.request.headers, "accept-encoding", "identity")
         if ex.method != "tools/call":
             return None
         params = message.get("params") or {}

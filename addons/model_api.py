@@ -18,7 +18,7 @@ from mitmproxy import http
 
 from mitmchaos.addons import providers
 from mitmchaos.addons.faults import llm
-from mitmchaos.addons.headers import content, header
+from mitmchaos.addons.headers import content, header, set_header
 from mitmchaos.addons.ledger import STOP_REPLY, ToolLedger
 from mitmchaos.addons.state import pretty_host
 from mitmchaos.prices import cost_usd
@@ -63,7 +63,7 @@ class ModelAPI:
         if flow.response:
             return None
         # The stream is parsed as it passes, so it must come back uncompressed.
-        flow.request.headers["accept-encoding"] = "identity"
+        set_header(flow.request.headers, "accept-encoding", "identity")
         return llm.inject(state, call, flow)
 
     def responseheaders(self, flow: http.HTTPFlow) -> Awaitable[None] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mitmproxy import http
 
-from mitmchaos.addons.headers import header, names
+from mitmchaos.addons.headers import header, names, set_header
 
 SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "proxy-authorization", "cookie")
 _SECRET_NAMES = frozenset(SECRET_HEADERS)
@@ -28,6 +28,6 @@ class Redact:
     def _redact(flow: http.HTTPFlow) -> None:
         # one index of the fields (the other addons' lookups built it): a lookup per secret name costs a pass each
         for name in _SECRET_NAMES.intersection(names(flow.request.headers)):
-            flow.request.headers[name] = REDACTED
+            set_header(flow.request.headers, name, REDACTED)
         if flow.response is not None and header(flow.response.headers, "set-cookie", None) is not None:
-            flow.response.headers["set-cookie"] = REDACTED
+            set_header(flow.response.headers, "set-cookie", REDACTED)
