@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mitmproxy import http
 
@@ -32,7 +32,7 @@ class Call:
     request: providers.CallRequest
     reply: providers.Reply
     retry_count: int | None
-    parser: providers.SSEParser = field(default_factory=providers.SSEParser)
+    parser: providers.SSEParser | None = None  # an event stream's, made when one passes
     streamed: bool = False  # the stream callable saw the body
     faulted: str | None = None  # the first fault applied
     error: str | None = None
@@ -75,6 +75,7 @@ class ModelAPI:
             # plan, or any other) would reach the agent only at its end.
             flow.response.stream = flow.response.stream or True
             return None
+        call.parser = providers.SSEParser()
         flow.response.stream = lambda data: self._pass(call, flow, data)
         if call.chunk_delay is None:
             return None
@@ -121,7 +122,7 @@ class ModelAPI:
     def _read_whole(call: Call, response: http.Response) -> None:
         body = content(response) or b""
         if "text/event-stream" in header(response.headers, "content-type"):
-            for event, _ in call.parser.feed(body):
+            for event, _ in providers.SSEParser().feed(body):
                 call.reply.event(event)
             return
         try:
