@@ -12,9 +12,10 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mitmchaos import decisions
+from mitmchaos.addons.headers import header
 from mitmchaos.events import EventWriter
 from mitmchaos.globs import glob_matches
 
@@ -27,13 +28,11 @@ MATCHING_CACHE_SIZE = 4096  # (ids, target) pairs remembered by ChaosState.match
 
 def pretty_host(request) -> str:
     """``request.pretty_host``: the addons ask for it several times per request, so its parse is cached."""
-    from mitmchaos.addons.headers import header  # here: the sandboxed gate has this module, not that one
-
     data = request.data
     # request.host_header: the authority of HTTP/2 and /3, else (or if empty) the Host header
-    authority = request.authority if data.http_version in _AUTHORITY_VERSIONS else ""
+    authority = request.authority if data.authority and data.http_version in _AUTHORITY_VERSIONS else ""
     authority = authority or header(data.headers, "host")
-    return _authority_host(authority) if authority else request.host
+    return _authority_host(authority) if authority else data.host
 
 
 _AUTHORITY_VERSIONS = (b"HTTP/2.0", b"HTTP/3")
@@ -46,9 +45,11 @@ def _authority_host(authority: str) -> str:
     return url.parse_authority(authority, check=False)[0]
 
 
-@dataclass(frozen=True)
-class Target:
-    """The call a fault may hit. ``key`` feeds the decision hash, so keep it stable."""
+class Target(NamedTuple):
+    """The call a fault may hit. ``key`` feeds the decision hash, so keep it stable.
+
+    A tuple, not a dataclass: each call looks its faults up by target, and a tuple hashes and
+    compares in C."""
 
     host: str | None = None
     model: str | None = None

@@ -71,6 +71,7 @@ STDLIB_MODULES = (
     "mitmchaos.tools",
     "mitmchaos.gate",
     "mitmchaos.addons",
+    "mitmchaos.addons.headers",
     "mitmchaos.addons.state",
 )
 
