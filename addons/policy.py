@@ -45,21 +45,28 @@ class EgressPolicy:
         self._judged: tuple[PolicySpec | None, dict[str, Verdict | None]] = (None, {})  # per policy
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
-        self._check(flow, [flow.request.host])
+        policy = self._policy(flow)
+        if policy is not None:
+            self._enforce(flow, policy, self._judge(policy, flow.request.host))
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         # Both the connection target and the Host header: a tunnel to an allowed host must not
         # carry requests for a refused one.
-        self._check(flow, dict.fromkeys([flow.request.host, pretty_host(flow.request)]))
-
-    def _check(self, flow: http.HTTPFlow, hosts) -> None:
-        state = self.core.state
-        if flow.response or state is None or state.plan.policy is None:
+        policy = self._policy(flow)
+        if policy is None:
             return
-        policy = state.plan.policy
-        verdict = next(filter(None, (self._judge(policy, h) for h in hosts)), None)
+        target, named = flow.request.host, pretty_host(flow.request)
+        verdict = self._judge(policy, target) or (self._judge(policy, named) if named != target else None)
+        self._enforce(flow, policy, verdict)
+
+    def _policy(self, flow: http.HTTPFlow) -> PolicySpec | None:
+        state = self.core.state
+        return None if flow.response or state is None else state.plan.policy
+
+    def _enforce(self, flow: http.HTTPFlow, policy: PolicySpec, verdict: Verdict | None) -> None:
         if verdict is None:
             return
+        state = self.core.state
         enforce = policy.mode == "enforce"
         state.events.emit("decision", kind="policy", action="block" if enforce else "observe",
                           host=verdict.host, rule=verdict.rule, reason=verdict.reason, mode=policy.mode)
