@@ -7,6 +7,8 @@ trims conversations and builds the provider's own error bodies.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from mitmchaos.addons.headers import content
 from mitmchaos.addons.providers.anthropic import Anthropic
 from mitmchaos.addons.providers.common import CallRequest, Reply, ToolCall, ToolResult, parse_json
@@ -19,8 +21,11 @@ PROVIDERS = (Anthropic, OpenAIChat, OpenAIResponses)
 
 def detect(method: str, path: str):
     """The adapter for a model-API call, or None. ``path`` may carry a query string (``?beta=true``)."""
-    if method != "POST":
-        return None
+    return _provider_for(path) if method == "POST" else None
+
+
+@lru_cache(maxsize=1024)  # asked on every request; an agent's paths are few
+def _provider_for(path: str):
     path = path.split("?", 1)[0].rstrip("/")
     return next((p for p in PROVIDERS if p.matches(path)), None)
 
