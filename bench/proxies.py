@@ -9,7 +9,6 @@ figure is the cost of terminating the agent's TLS.
 
 from __future__ import annotations
 
-import os
 import ssl
 from pathlib import Path
 
@@ -70,6 +69,6 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def cpu_seconds(pid: int) -> float:
-    """A live process's user + system CPU time: unlike wall time, barely moved by other load."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    """A live process's CPU time, in the scheduler's own nanoseconds, summed over its threads: unlike
+    wall time, barely moved by other load; unlike /proc/<pid>/stat, not rounded to clock ticks."""
+    return sum(int(stat.read_text().split()[0]) for stat in Path(f"/proc/{pid}/task").glob("*/schedstat")) / 1e9

@@ -1,6 +1,6 @@
 """Request overhead: small non-streaming /v1/messages calls, direct vs bare mitmdump vs the addons
 in mitmdump (suite) and in `mitmchaos proxy` (mitmchaos), over HTTP (forward proxy) and HTTPS
-(reverse mode), in interleaved rounds."""
+(reverse mode), in rounds of short blocks that take turns."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import http.client
 import tempfile
 import time
 from contextlib import ExitStack, closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.client import Route, direct, forward, message_body, reverse_tls
@@ -21,6 +21,7 @@ BODY = message_body(stream=False)
 THROUGHPUT_GOAL = 0.90
 LATENCY_GOAL = 1.10
 WARM_UP = 20  # calls per route before measuring: connections, TLS, the addons' first-call work
+BLOCK = 10  # calls to one route before the next takes over
 
 
 @dataclass
@@ -31,19 +32,41 @@ class Round:
     proxy_cpu_ms: float | None  # the proxy's CPU time per request
 
 
-def one_round(route: Route, conn: http.client.HTTPConnection, requests: int) -> Round:
-    latencies = []
-    cpu_before = cpu_seconds(route.proxy_pid) if route.proxy_pid else 0.0
-    started = time.perf_counter()
-    for _ in range(requests):
-        t0 = time.perf_counter()
-        route.send(conn, BODY).read()
-        latencies.append(time.perf_counter() - t0)
-    elapsed = time.perf_counter() - started
-    cpu_ms = (cpu_seconds(route.proxy_pid) - cpu_before) / requests * 1000 if route.proxy_pid else None
-    return Round(
-        requests / elapsed, percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000, cpu_ms
-    )
+@dataclass
+class Tally:
+    """One route's share of a round, gathered block by block."""
+
+    latencies: list[float] = field(default_factory=list)
+    elapsed: float = 0.0
+    cpu: float = 0.0
+
+    def send(self, route: Route, conn: http.client.HTTPConnection, requests: int) -> None:
+        cpu_before = cpu_seconds(route.proxy_pid) if route.proxy_pid else 0.0
+        started = time.perf_counter()
+        for _ in range(requests):
+            t0 = time.perf_counter()
+            route.send(conn, BODY).read()
+            self.latencies.append(time.perf_counter() - t0)
+        self.elapsed += time.perf_counter() - started
+        if route.proxy_pid:
+            self.cpu += cpu_seconds(route.proxy_pid) - cpu_before
+
+    def round(self, route: Route) -> Round:
+        n = len(self.latencies)
+        return Round(n / self.elapsed, percentile(self.latencies, 0.5) * 1000,
+                     percentile(self.latencies, 0.99) * 1000,
+                     self.cpu / n * 1000 if route.proxy_pid else None)
+
+
+def one_round(routes: list[Route], conns: dict, requests: int) -> dict[str, Round]:
+    """``requests`` per route, taken in blocks of BLOCK that rotate through the routes: the VM's
+    speed drifts within seconds, and every route then sees the same drift."""
+    tallies = {route.name: Tally() for route in routes}
+    for block in range(requests // BLOCK):
+        shift = block % len(routes)  # no route always follows the same one
+        for route in routes[shift:] + routes[:shift]:
+            tallies[route.name].send(route, conns[route.name], BLOCK)
+    return {route.name: tallies[route.name].round(route) for route in routes}
 
 
 def run(rounds: int = 10, requests: int = 150) -> list[Figure]:
@@ -65,8 +88,8 @@ def run(rounds: int = 10, requests: int = 150) -> list[Figure]:
                 route.send(conns[route.name], BODY).read()
         results: dict[str, list[Round]] = {route.name: [] for route in routes}
         for _ in range(rounds):
-            for route in routes:
-                results[route.name].append(one_round(route, conns[route.name], requests))
+            for name, measured in one_round(routes, conns, requests).items():
+                results[name].append(measured)
     return figures(results)
 
 
