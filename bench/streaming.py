@@ -43,7 +43,7 @@ def one_stream(route: Route, conn: http.client.HTTPConnection, chunk_delay_s: fl
     return Stream(arrivals[0] * 1000, len(arrivals), median(gaps) if gaps else 0.0, max(gaps, default=0.0))
 
 
-def run(rounds: int = 6, chunk_delay_s: float = 0.05) -> list[Figure]:
+def run(rounds: int = 10, chunk_delay_s: float = 0.05) -> list[Figure]:
     with ExitStack() as stack:
         upstream = stack.enter_context(Upstream(words=WORDS, chunk_delay_s=chunk_delay_s))
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mitmchaos-bench-")))
@@ -63,8 +63,9 @@ def run(rounds: int = 6, chunk_delay_s: float = 0.05) -> list[Figure]:
             one_stream(route, conns[route.name], chunk_delay_s)  # warm-up
         warm_rss = {name: peak_rss_mib(p.process.pid) for name, p in proxies.items()}
         results: dict[str, list[Stream]] = {route.name: [] for route in routes}
-        for _ in range(rounds):
-            for route in routes:
+        for round_ in range(rounds):
+            shift = round_ % len(routes)  # no route always follows the same one
+            for route in routes[shift:] + routes[:shift]:
                 results[route.name].append(one_stream(route, conns[route.name], chunk_delay_s))
         peak_rss = {name: peak_rss_mib(p.process.pid) for name, p in proxies.items()}
     return stream_figures(results, chunk_delay_s) + memory_figures(warm_rss, peak_rss)
