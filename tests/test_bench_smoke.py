@@ -56,3 +56,25 @@ def test_repetition_benchmark_times_every_phase(tmp_path):
     doc = bench(tmp_path, "repetition")
     phases = [f for f in doc["figures"] if f["name"].startswith("phase: ")]
     assert len(phases) == 11 and all(math.isfinite(f["value"]) and f["value"] >= 0 for f in phases)
+
+
+def test_request_rounds_rotate_short_blocks_through_the_routes():
+    from bench import request_overhead
+    from bench.client import Route
+
+    calls: list[str] = []
+
+    class Reply:
+        def read(self) -> bytes:
+            return b""
+
+    def route(name: str) -> Route:
+        return Route(name, connect=lambda: None, target="/", proxy_pid=None)
+
+    routes = [route("a"), route("b"), route("c")]
+    for r in routes:
+        r.send = lambda conn, body, name=r.name: calls.append(name) or Reply()
+    measured = request_overhead.one_round(routes, {r.name: None for r in routes}, 3 * request_overhead.BLOCK)
+    blocks = [calls[i] for i in range(0, len(calls), request_overhead.BLOCK)]
+    assert blocks == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # each block's first call
+    assert all(m.throughput > 0 and m.proxy_cpu_ms is None for m in measured.values())
