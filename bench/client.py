@@ -44,6 +44,12 @@ class Route:
         return response
 
 
+def in_turn(routes: list[Route], turn: int) -> list[Route]:
+    """``routes`` starting at a different one each turn: no route always follows the same one."""
+    shift = turn % len(routes)
+    return routes[shift:] + routes[:shift]
+
+
 def direct(upstream_url: str) -> Route:
     parts = urlsplit(upstream_url)
     return Route(

@@ -11,7 +11,7 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.client import Route, direct, forward, message_body, reverse_tls
+from bench.client import Route, direct, forward, in_turn, message_body, reverse_tls
 from bench.proxies import HOSTS, cpu_seconds, start_proxy
 from bench.results import Figure, median, paired_ratio, percentile, spread
 from bench.upstream import Upstream
@@ -63,8 +63,7 @@ def one_round(routes: list[Route], conns: dict, requests: int) -> dict[str, Roun
     speed drifts within seconds, and every route then sees the same drift."""
     tallies = {route.name: Tally() for route in routes}
     for block in range(requests // BLOCK):
-        shift = block % len(routes)  # no route always follows the same one
-        for route in routes[shift:] + routes[:shift]:
+        for route in in_turn(routes, block):
             tallies[route.name].send(route, conns[route.name], BLOCK)
     return {route.name: tallies[route.name].round(route) for route in routes}
 

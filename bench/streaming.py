@@ -13,7 +13,7 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.client import Route, direct, forward, message_body
+from bench.client import Route, direct, forward, in_turn, message_body
 from bench.proxies import peak_rss_mib, start_proxy
 from bench.results import Figure, median, spread
 from bench.upstream import Upstream
@@ -64,8 +64,7 @@ def run(rounds: int = 10, chunk_delay_s: float = 0.05) -> list[Figure]:
         warm_rss = {name: peak_rss_mib(p.process.pid) for name, p in proxies.items()}
         results: dict[str, list[Stream]] = {route.name: [] for route in routes}
         for round_ in range(rounds):
-            shift = round_ % len(routes)  # no route always follows the same one
-            for route in routes[shift:] + routes[:shift]:
+            for route in in_turn(routes, round_):
                 results[route.name].append(one_stream(route, conns[route.name], chunk_delay_s))
         peak_rss = {name: peak_rss_mib(p.process.pid) for name, p in proxies.items()}
     return stream_figures(results, chunk_delay_s) + memory_figures(warm_rss, peak_rss)
