@@ -26,7 +26,7 @@ class Redact:
 
     @staticmethod
     def _redact(flow: http.HTTPFlow) -> None:
-        # one index of the fields (the other addons' lookups built it): a lookup per secret name costs a pass each
+        # the names present, from the index the other addons' lookups already built
         for name in _SECRET_NAMES.intersection(names(flow.request.headers)):
             set_header(flow.request.headers, name, REDACTED)
         if flow.response is not None and header(flow.response.headers, "set-cookie", None) is not None:
