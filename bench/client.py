@@ -44,7 +44,7 @@ class Route:
         return response
 
 
-def in_turn(routes: list[Route], turn: int) -> list[Route]:
+def in_turn[T](routes: list[T], turn: int) -> list[T]:
     """``routes`` starting at a different one each turn: no route always follows the same one."""
     shift = turn % len(routes)
     return routes[shift:] + routes[:shift]

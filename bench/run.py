@@ -22,7 +22,7 @@ RESULTS = Path(__file__).with_name("results")
 
 # name -> (function, full-size arguments, quick arguments)
 BENCHMARKS = {
-    "requests": (request_overhead.run, {"rounds": 10, "requests": 150}, {"rounds": 2, "requests": 10}),
+    "requests": (request_overhead.run, {"rounds": 10, "requests": 80}, {"rounds": 2, "requests": 10}),
     "streaming": (streaming.run, {"rounds": 10, "chunk_delay_s": 0.05}, {"rounds": 2, "chunk_delay_s": 0.005}),
     "repetition": (repetition.run, {"repetitions": 3}, {"repetitions": 1}),
     "scoring": (

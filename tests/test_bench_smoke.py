@@ -68,13 +68,15 @@ def test_request_rounds_rotate_short_blocks_through_the_routes():
         def read(self) -> bytes:
             return b""
 
-    def route(name: str) -> Route:
-        return Route(name, connect=lambda: None, target="/", proxy_pid=None)
+    def route(name: str, label: str) -> Route:
+        made = Route(name, connect=lambda: None, target="/", proxy_pid=None)
+        made.send = lambda conn, body: calls.append(label) or Reply()
+        return made
 
-    routes = [route("a"), route("b"), route("c")]
-    for r in routes:
-        r.send = lambda conn, body, name=r.name: calls.append(name) or Reply()
-    measured = request_overhead.one_round(routes, {r.name: None for r in routes}, 3 * request_overhead.BLOCK)
+    # two instances of "b", pooled into one figure
+    routes = [(route("a", "a"), None), (route("b", "b1"), None), (route("b", "b2"), None)]
+    measured = request_overhead.one_round(routes, 3 * request_overhead.BLOCK)
     blocks = [calls[i] for i in range(0, len(calls), request_overhead.BLOCK)]
-    assert blocks == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # each block's first call
+    assert blocks == ["a", "b1", "b2", "b1", "b2", "a", "b2", "a", "b1"]  # each block's first call
+    assert measured.keys() == {"a", "b"}
     assert all(m.throughput > 0 and m.proxy_cpu_ms is None for m in measured.values())
