@@ -21,14 +21,15 @@ from mitmchaos.addons.faults import llm
 from mitmchaos.addons.headers import content, header, set_header
 from mitmchaos.addons.ledger import STOP_REPLY, ToolLedger
 from mitmchaos.addons.state import pretty_host
-from mitmchaos.prices import cost_usd
+from mitmchaos.prices import cost_at
 
 
-@dataclass
+@dataclass(slots=True)  # slots: one is made per call, and a smaller object is cheaper to make and read
 class Call:
     """One model call in flight."""
 
     provider: type
+    host: str  # the request's pretty host, read once
     request: providers.CallRequest
     reply: providers.Reply
     retry_count: int | None
@@ -57,7 +58,8 @@ class ModelAPI:
         provider, body = parsed
         reply = provider.reply_type(on_tool_call=lambda call: self.ledger.call(flow, call))
         retry = header(flow.request.headers, "x-stainless-retry-count")
-        call = Call(provider, provider.parse_request(body), reply, int(retry) if retry.isdigit() else None)
+        call = Call(provider, pretty_host(flow.request), provider.parse_request(body), reply,
+                    int(retry) if retry.isdigit() else None)
         self.calls[flow.id] = call
         self.ledger.results(flow, call.request.tool_results)
         if flow.response:
@@ -140,7 +142,7 @@ class ModelAPI:
         state.events.emit(
             "llm_call",
             provider=call.provider.name,
-            host=pretty_host(flow.request),
+            host=call.host,
             path=flow.request.path.split("?", 1)[0],
             requested_model=call.request.model,
             model=reply.model,
@@ -148,7 +150,7 @@ class ModelAPI:
             stream=call.request.stream,
             stop_reason=reply.stop_reason,
             usage=reply.usage,
-            cost_usd=cost_usd(reply.model or call.request.model, reply.usage, state.plan.prices),
+            cost_usd=cost_at(state.price(reply.model or call.request.model), reply.usage),
             duration_s=round(time.time() - flow.request.timestamp_start, 3),
             retry_count=call.retry_count,
             faulted=call.faulted,

@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 
 from mitmchaos.addons.annotate import annotate
 from mitmchaos.addons.faults import FaultOptions, FaultType, register
-from mitmchaos.addons.state import Target, pretty_host
+from mitmchaos.addons.state import Target
 
 if TYPE_CHECKING:
     from mitmproxy import http
@@ -103,7 +103,7 @@ STATUS_TEXT = {500: "Internal server error", 502: "Bad gateway", 503: "Service u
 
 def inject(state: ChaosState, call: Call, flow: http.HTTPFlow) -> Awaitable[None] | None:
     """The llm faults' decisions for one call; what it returns is to be awaited, if anything."""
-    target = Target(host=pretty_host(flow.request), model=call.request.model)
+    target = Target(host=call.host, model=call.request.model)
     if not state.matching(HANDLES, target):
         return None  # no llm fault takes this call: each decision point would find none
     return _inject(state, target, call, flow)

@@ -42,7 +42,7 @@ class ToolResult:
     name: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class CallRequest:
     model: str | None
     stream: bool
