@@ -120,13 +120,7 @@ def run_container(client: PodmanClient, spec: ContainerSpec, stack: CleanupStack
             raise SandboxError(f"cannot create the sandbox container: {exc}") from exc
         undo = stack.push("container", live=lambda: _remove(container), name=container.id) if stack else None
     try:
-        try:
-            container.start()
-            container.reload()
-        except APIError as exc:  # NotFound included: seen once, a container gone between start and reload
-            raise SandboxError(f"the sandbox container did not start: {exc}") from exc
-        if container.attrs["State"].get("Error"):
-            raise SandboxError(f"the sandbox container did not start: {container.attrs['State']['Error']}")
+        _start(container)
         out, err = _LogFollower(container, on_stdout, stdout=True), _LogFollower(container, on_stderr, stdout=False)
         stopped = _wait(container, should_stop)
         exit_code = None if stopped else _exit_code(container)
@@ -139,6 +133,35 @@ def run_container(client: PodmanClient, spec: ContainerSpec, stack: CleanupStack
             stack.release_soon(undo)  # it has exited: what runs next need not wait for its removal
         else:
             _remove(container)
+
+
+NEVER_STARTED = "0001-01-01"  # Go's zero time: Podman's StartedAt for a container that never started
+START_CHECKS = 20  # inspections, 50 ms apart, through Podman's 500s while a process exits
+
+
+def _start(container) -> None:
+    """Start the container, or raise SandboxError. Podman 4.3 can answer a start with 500 when a
+    short command exits before it reads the process's cgroup ("read /proc/N/cgroup: no such
+    process"), though the command ran; the recorded start time says whether it did."""
+    failure: Exception | None = None
+    try:
+        container.start()
+    except APIError as exc:
+        failure = exc
+    for _ in range(START_CHECKS):
+        try:
+            container.reload()
+            break
+        except APIError as exc:  # NotFound included: seen once, a container gone after its start
+            failure = failure or exc
+            time.sleep(0.05)
+    else:
+        raise SandboxError(f"the sandbox container did not start: {failure}")
+    state = container.attrs["State"]
+    if state.get("Error"):
+        raise SandboxError(f"the sandbox container did not start: {state['Error']}")
+    if str(state.get("StartedAt") or NEVER_STARTED).startswith(NEVER_STARTED):
+        raise SandboxError(f"the sandbox container did not start: {failure or 'no start recorded'}")
 
 
 def _wait(container, should_stop: Callable[[], str | None], every: float = 1.0) -> str | None:

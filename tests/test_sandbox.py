@@ -11,12 +11,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from podman.errors import APIError
 
 from mitmchaos import images
 from mitmchaos.cleanup import CleanupStack, owner_tag, process_start_time, rule_comment, state_dir, sweep
 from mitmchaos.monitor import AbortMonitor
 from mitmchaos.network import SandboxNetwork, apply_firewall, chain_name
 from mitmchaos.plan import parse_plan_text
+from mitmchaos.podman_driver import START_CHECKS, ContainerSpec, SandboxError, _start, connect, run_container
 from mitmchaos.run import mask_secrets
 from mitmchaos.workspace import carry_in, create_worktree
 from tests.sandboxed import RunProcess, bridges, leftovers, make_project, require_podman, run_env
@@ -354,3 +356,61 @@ def test_a_sweep_finds_helpers_of_a_dead_run_by_their_environment(tmp_path, monk
         for process in (orphan, alive):
             if process.poll() is None:
                 process.kill()
+
+
+# ------------------------------------------------------------------ starting a container
+
+
+class _Container:
+    """What run_container's start step asks of a podman-py container, answering as scripted."""
+
+    def __init__(self, start_error: str | None, started_at: str, reload_errors: int = 0):
+        self.start_error, self.reload_errors = start_error, reload_errors
+        self.started_at = started_at
+        self.attrs: dict = {}
+
+    def start(self) -> None:
+        if self.start_error:
+            raise APIError(self.start_error)
+
+    def reload(self) -> None:
+        if self.reload_errors:
+            self.reload_errors -= 1
+            raise APIError("500 Server Error: container state improper")
+        self.attrs = {"State": {"Status": "exited", "StartedAt": self.started_at, "Error": ""}}
+
+
+EXITED_AT_ONCE = "500 Server Error: Internal Server Error (read /proc/14003/cgroup: no such process)"
+
+
+def test_a_start_answered_with_an_error_counts_when_the_command_ran():
+    # seen on Podman 4.3 with `true` as the verify command, once in about 160 repetitions
+    _start(_Container(EXITED_AT_ONCE, "2026-11-30T17:07:59.1Z", reload_errors=2))
+
+
+def test_a_container_that_never_started_is_a_sandbox_error():
+    with pytest.raises(SandboxError, match="did not start: .*no such process"):
+        _start(_Container(EXITED_AT_ONCE, "0001-01-01T00:00:00Z"))
+    with pytest.raises(SandboxError, match="did not start: no start recorded"):
+        _start(_Container(None, "0001-01-01T00:00:00Z"))
+    with pytest.raises(SandboxError, match="did not start: 500"):
+        _start(_Container(None, "", reload_errors=START_CHECKS))
+
+
+@pytest.mark.podman
+def test_a_command_that_cannot_run_is_reported_and_its_container_removed():
+    require_podman()
+    stack = CleanupStack(f"test-{secrets.token_hex(3)}")
+    try:
+        client = connect(stack)
+        image = images.default_image()
+        images.ensure_image(image)
+        label = {"mitmchaos.test": secrets.token_hex(4)}
+        spec = ContainerSpec(image=image, command=["/no/such/program"], name=None, network="none", labels=label)
+        with pytest.raises(SandboxError, match="did not start"):
+            run_container(client, spec, stack=None)
+        assert run_container(client, ContainerSpec(image=image, command=["true"], name=None, network="none",
+                                                   labels=label), stack=None).exit_code == 0
+        assert client.containers.list(all=True, filters={"label": [f"mitmchaos.test={label['mitmchaos.test']}"]}) == []
+    finally:
+        stack.close()
