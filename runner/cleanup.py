@@ -305,16 +305,18 @@ class CleanupStack:
         tmp.replace(self.ledger)
 
 
-def terminate(process: subprocess.Popen | None, timeout: float = 10.0) -> None:
-    """Stop a child: SIGTERM, then SIGKILL after ``timeout``; reaped either way."""
+def terminate(process: subprocess.Popen | None, timeout: float = 10.0) -> int | None:
+    """Stop a child: SIGTERM, then SIGKILL after ``timeout``; reaped either way. Its exit status."""
     if process is None or process.poll() is not None:
-        return
+        return process.returncode if process else None
     process.terminate()
     try:
-        process.wait(timeout)
+        return process.wait(timeout)
     except subprocess.TimeoutExpired:
+        # what it had not flushed (events, flows) is lost: worth a line in the run's log
+        log.warning("a helper ignored SIGTERM and was killed", pid=process.pid, after_s=timeout)
         process.kill()
-        process.wait()
+        return process.wait()
 
 
 def spawn(stack: CleanupStack, start: Callable[[], subprocess.Popen]) -> tuple[subprocess.Popen, Undo]:

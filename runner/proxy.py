@@ -7,7 +7,6 @@ proxy's CA lives in its own confdir, so nothing touches ~/.mitmproxy.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from mitmchaos.cleanup import exec_helper
+from mitmchaos.cleanup import exec_helper, terminate
 from mitmchaos.events import read_events
 
 
@@ -120,14 +119,7 @@ class ChaosProxy:
         return self.plan is None or any(e["component"] == "proxy" for e in self.events("plan_loaded"))
 
     def stop(self, timeout: float = 10.0) -> int | None:
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process else None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
+        return terminate(self.process, timeout)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 import secrets
+import signal
 import socket
 import socketserver
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
+import structlog
 from podman.errors import APIError
 
 from mitmchaos import images
-from mitmchaos.cleanup import CleanupStack, owner_tag, process_start_time, rule_comment, state_dir, sweep
+from mitmchaos.cleanup import (CleanupStack, owner_tag, process_start_time, rule_comment, state_dir, sweep,
+                               terminate)
 from mitmchaos.monitor import AbortMonitor
 from mitmchaos.network import SandboxNetwork, apply_firewall, chain_name
 from mitmchaos.plan import parse_plan_text
@@ -414,3 +418,13 @@ def test_a_command_that_cannot_run_is_reported_and_its_container_removed():
         assert client.containers.list(all=True, filters={"label": [f"mitmchaos.test={label['mitmchaos.test']}"]}) == []
     finally:
         stack.close()
+
+
+def test_a_helper_that_ignores_sigterm_is_killed_and_said_so():
+    program = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint(flush=True)\ntime.sleep(60)"
+    ignores = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE)
+    ignores.stdout.readline()  # SIGTERM is ignored from here on
+    with structlog.testing.capture_logs() as logs:
+        assert terminate(ignores, timeout=0.3) == -signal.SIGKILL
+    assert [e["event"] for e in logs] == ["a helper ignored SIGTERM and was killed"]
+    assert logs[0]["pid"] == ignores.pid
