@@ -10,7 +10,6 @@ import argparse
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Self
 
@@ -26,11 +25,10 @@ def main() -> None:
     args = parser.parse_args()
     text = " ".join(f"word{i}" for i in range(args.words))
     server = ModelServer(lambda body, provider: Turn(text=text), chunk_delay_s=args.chunk_delay)
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # taken by sigwait, as the resolver does
     with server:
         print(server.url, flush=True)
-        stopped.wait()
+        signal.sigwait({signal.SIGTERM})
 
 
 class Upstream:

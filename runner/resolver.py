@@ -212,19 +212,21 @@ def serve(state: ChaosState, listen: tuple[str, int], answer: str | None,
             raise ValueError(f"listening on {listen[0]}: give --answer (the address to hand out) "
                              "or --upstream")
         answer = listen[0]
+    # Taken with sigwait, not caught by a handler: an Event.set() handler deadlocked when a second
+    # SIGTERM (the runner's stop and its cleanup each send one) arrived while the first one's set()
+    # held the Event's lock. Blocked before the server threads start, so they inherit the mask;
+    # it stays blocked, as the process ends when this returns.
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     server = ResolverServer(Resolver(state, answer=answer, upstream=upstream), listen).start()
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         state.announce([DNS_FAIL])
         log.info(f"resolver listening on {listen[0]}:{listen[1]} (udp, tcp); "
                  + (f"forwarding to {upstream[0]}:{upstream[1]}" if upstream else f"answering {answer}"))
-        stop.wait()
+        signal.sigwait(stop_signals)
     finally:
         server.stop()
         state.events.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def run(plan_path: str, events_path: str | None, listen: str, upstream: str | None, answer: str | None,

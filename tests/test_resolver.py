@@ -163,6 +163,20 @@ def resolvers(tmp_path):
             proc.process.wait()
 
 
+def test_a_flood_of_sigterms_still_stops_it(resolvers):
+    # The runner's stop and its cleanup each send SIGTERM. A handler calling Event.set() once
+    # deadlocked when the second arrived during the first's set(): about 1 resolver in 3 hung
+    # under this flood, and 1 in 150 repetitions in real runs, each then killed after 10 s.
+    for attempt in range(8):
+        proc = resolvers([{"id": "egress.dns_fail", "match": {"host": "*.test"}}])
+        for _ in range(2000):
+            if proc.process.poll() is not None:
+                break
+            proc.process.send_signal(signal.SIGTERM)
+            time.sleep(0.00005)
+        assert proc.process.wait(5) == 0, f"attempt {attempt}"
+
+
 @pytest.mark.skipif(not shutil.which("dig"), reason="dig (apt: dnsutils) is not installed")
 def test_a_client_resolving_through_the_process_sees_nxdomain_and_servfail(resolvers):
     proc = resolvers([dns_fail("pypi.test"), dns_fail("*.npm.test", "servfail")])
