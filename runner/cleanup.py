@@ -314,9 +314,17 @@ def terminate(process: subprocess.Popen | None, timeout: float = 10.0) -> int | 
         return process.wait(timeout)
     except subprocess.TimeoutExpired:
         # what it had not flushed (events, flows) is lost: worth a line in the run's log
-        log.warning("a helper ignored SIGTERM and was killed", pid=process.pid, after_s=timeout)
+        log.warning("a helper ignored SIGTERM and was killed", pid=process.pid, helper=_name_of(process.pid),
+                    after_s=timeout)
         process.kill()
         return process.wait()
+
+
+def _name_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
 
 
 def spawn(stack: CleanupStack, start: Callable[[], subprocess.Popen]) -> tuple[subprocess.Popen, Undo]:
