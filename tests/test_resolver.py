@@ -166,7 +166,7 @@ def resolvers(tmp_path):
 def test_a_flood_of_sigterms_still_stops_it(resolvers):
     # The runner's stop and its cleanup each send SIGTERM. A handler calling Event.set() once
     # deadlocked when the second arrived during the first's set(): about 1 resolver in 3 hung
-    # under this flood, and 1 in 150 repetitions in real runs, each then killed after 10 s.
+    # under this flood, and about 1 repetition in 35 of short runs, each killed after 10 s.
     for attempt in range(8):
         proc = resolvers([{"id": "egress.dns_fail", "match": {"host": "*.test"}}])
         for _ in range(2000):
