@@ -21,7 +21,7 @@ from mitmchaos.addons.faults import llm
 from mitmchaos.addons.headers import content, header, set_header
 from mitmchaos.addons.ledger import STOP_REPLY, ToolLedger
 from mitmchaos.addons.state import pretty_host
-from mitmchaos.prices import cost_at
+from mitmchaos.prices import cost_usd
 
 
 @dataclass(slots=True)  # slots: one is made per call, and a smaller object is cheaper to make and read
@@ -150,7 +150,7 @@ class ModelAPI:
             stream=call.request.stream,
             stop_reason=reply.stop_reason,
             usage=reply.usage,
-            cost_usd=cost_at(state.price(reply.model or call.request.model), reply.usage),
+            cost_usd=cost_usd(reply.model or call.request.model, reply.usage, state.plan.prices),
             duration_s=round(time.time() - flow.request.timestamp_start, 3),
             retry_count=call.retry_count,
             faulted=call.faulted,

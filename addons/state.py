@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from mitmchaos.plan import Plan
 
 BLOCKED = "mitmchaos.blocked"  # flow.metadata key set by the egress policy; faults never touch such flows
-MATCHING_CACHE_SIZE = 4096  # (ids, target) pairs remembered by ChaosState.matching, models by .price
+MATCHING_CACHE_SIZE = 4096  # (ids, target) pairs remembered by ChaosState.matching
 
 
 def pretty_host(request) -> str:
@@ -108,7 +108,6 @@ class ChaosState:
         self.total_injected = 0
         self.latency_used_s = 0.0
         self._matching: dict[tuple[tuple[str, ...], Target], list[tuple[int, Any]]] = {}
-        self._prices: dict[str | None, Any] = {}  # model -> the plan's Price for it
 
     @property
     def run_id(self) -> str:
@@ -130,18 +129,6 @@ class ChaosState:
                 self._matching.clear()
             found = self._matching[key] = [(i, f) for i, f in self.faults_of(key[0]) if _matches(f.match, target)]
         return found
-
-    def price(self, model: str | None) -> Any:
-        """The plan's price for ``model`` (its own prices, then the defaults), looked up once per
-        model: the proxy prices every model call."""
-        price = self._prices.get(model)
-        if price is None:
-            from mitmchaos.prices import price_for  # here: the gate imports this module without pydantic
-
-            if len(self._prices) >= MATCHING_CACHE_SIZE:
-                self._prices.clear()
-            price = self._prices[model] = price_for(model, self.plan.prices)
-        return price
 
     def announce(self, handles: Iterable[str], **extra: Any) -> None:
         """Write plan_loaded for this component, naming the plan's faults it can inject."""

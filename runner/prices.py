@@ -60,11 +60,7 @@ def cost_usd(
     model: str | None, usage: Mapping[str, int | None], overrides: Mapping[str, Price] | None = None
 ) -> float:
     """Cost of one call from llm_call usage fields (input_tokens excludes cache reads and writes)."""
-    return cost_at(price_for(model, overrides), usage)
-
-
-def cost_at(price: Price, usage: Mapping[str, int | None]) -> float:
-    """``cost_usd`` at a price already looked up."""
+    price = price_for(model, overrides)
     cache_read = price.cache_read if price.cache_read is not None else price.input / 10
     cache_write = price.cache_write if price.cache_write is not None else price.input * 1.25
     per_million = (
