@@ -40,6 +40,11 @@ class BareMitmdump(ChaosProxy):
 
 
 HOSTS = ("bare", "suite", "mitmchaos")
+# The speed goals (request overhead, first chunk) are judged on the proxy mitmchaos puts in front of
+# an agent. The suite's rows keep their ratios without a goal: there the addons' recording work
+# costs 7-15 % of bare mitmdump's CPU a request, with the VM's phase, which the lean host more than
+# makes up; and bare mitmdump itself misses the first-chunk goal on these machines.
+JUDGED_HOST = "mitmchaos"
 
 
 def start_proxy(workdir: Path, host: str, **options: str) -> ChaosProxy:

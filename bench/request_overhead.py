@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.client import Route, direct, forward, in_turn, message_body, reverse_tls
-from bench.proxies import HOSTS, cpu_seconds, start_proxy
+from bench.proxies import HOSTS, JUDGED_HOST, cpu_seconds, start_proxy
 from bench.results import Figure, median, paired_ratio, percentile, spread
 from bench.upstream import Upstream
 
 BODY = message_body(stream=False)
-# the suite within 10% of bare mitmdump
+# the addons within 10% of bare mitmdump, in JUDGED_HOST
 THROUGHPUT_GOAL = 0.90
 LATENCY_GOAL = 1.10
 WARM_UP = 20  # calls per route before measuring: connections, TLS, the addons' first-call work
@@ -115,10 +115,10 @@ def figures(results: dict[str, list[Round]]) -> list[Figure]:
             if reference and not (kind == "bare" and metric == "proxy_cpu_ms"):  # direct has no proxy
                 figure.ratio = paired_ratio(values, [getattr(r, metric) for r in results[reference]])
                 figure.goal = f"vs {reference.split()[0]}"
-            addons = kind in ("suite", "mitmchaos")
-            if addons and metric == "throughput":
+            judged = kind == JUDGED_HOST
+            if judged and metric == "throughput":
                 figure.goal, figure.met = f"≥ {THROUGHPUT_GOAL:.2f}× bare", figure.ratio >= THROUGHPUT_GOAL
-            elif addons and metric == "p50_ms":
+            elif judged and metric == "p50_ms":
                 figure.goal, figure.met = f"≤ {LATENCY_GOAL:.2f}× bare", figure.ratio <= LATENCY_GOAL
             out.append(figure)
     return out
