@@ -41,9 +41,9 @@ class BareMitmdump(ChaosProxy):
 
 HOSTS = ("bare", "suite", "mitmchaos")
 # The speed goals (request overhead, first chunk) are judged on the proxy mitmchaos puts in front of
-# an agent. The suite's rows keep their ratios without a goal: there the addons' recording work
-# costs 7-15 % of bare mitmdump's CPU a request, with the VM's phase, which the lean host more than
-# makes up; and bare mitmdump itself misses the first-chunk goal on these machines.
+# an agent. The suite's rows keep their ratios without a goal: there the addons' work comes on top
+# of all of mitmdump's, which the lean host more than makes up (README, Benchmarks), and bare
+# mitmdump itself misses the first-chunk goal on these machines.
 JUDGED_HOST = "mitmchaos"
 
 
